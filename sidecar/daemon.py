@@ -1,0 +1,185 @@
+"""The daemon: scheduler, scrape loop and HTTP server wiring (the I/O edge).
+
+* One APScheduler 3.x ``AsyncIOScheduler`` interval job per target,
+  ``max_instances=1`` and ``coalesce=True`` so a slow vLLM never stacks
+  scrapes, ``misfire_grace_time`` explicit (3.x defaults to 1 s).
+* Our own ``CollectorRegistry`` with :class:`~sidecar.exporter.SidecarCollector`.
+* ``/metrics``; ``/readyz`` = configuration loaded and HTTP up (never depends
+  on vLLM: as a native sidecar its readiness gates the whole pod);
+  ``/healthz`` = every target's scrape loop ticked within three intervals.
+* SIGTERM/SIGINT stop everything within about a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import threading
+import time
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from . import __version__, parse
+from .config import Config
+from .engines import adapter
+from .exporter import SidecarCollector
+from .scrape import ScrapeFailed, fetch, make_client
+from .state import Extender, TargetState, ingest_failure, ingest_success
+
+log = logging.getLogger("kv_sidecar.daemon")
+
+
+class Sidecar:
+    """Everything the daemon runs, usable in-process by tests and benchmarks."""
+
+    def __init__(self, config: Config, extenders: tuple[Extender, ...] = (),
+                 clock: Callable[[], float] = time.time):
+        self.config = config
+        self.clock = clock  # wall time, injectable so tests can step past the staleness limit
+        self.extenders = extenders
+        history_s = max(config.derive_window_s, config.forecast.window_s, config.forecast.peak_window_s)
+        self.states = [TargetState(target=t, history_s=history_s) for t in config.targets]
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SidecarCollector(self.states, staleness_s=config.staleness_s, clock=clock))
+        self._clients = {t.name: make_client(t) for t in config.targets}
+        self._patterns = {t.name: parse.prefilter_pattern(adapter(t.engine).NEEDED) for t in config.targets}
+        self.started_monotonic = time.monotonic()
+
+    async def scrape_once(self, state: TargetState) -> None:
+        """Fetch, parse, normalise and derive one target; failures are counted, never raised."""
+        target = state.target
+        state.last_tick_monotonic = time.monotonic()
+        start = time.perf_counter()
+        try:
+            fetched = await fetch(self._clients[target.name], target)
+            if not fetched.body.strip():
+                raise ScrapeFailed("empty", "200 with an empty body")
+            try:
+                text = parse.decode(fetched.body)
+                scrape = adapter(target.engine).normalise(
+                    parse.samples(parse.prefilter(text, self._patterns[target.name])))
+            except parse.InvalidText as e:
+                raise ScrapeFailed("invalid_text", str(e)) from None
+            if scrape is None:
+                raise ScrapeFailed("no_engine_metrics", f"no {target.engine} metric family in the answer")
+        except ScrapeFailed as e:
+            was_up = state.snapshot.up or state.snapshot.last_success_wall is None
+            ingest_failure(state, e.reason, duration_s=time.perf_counter() - start)
+            (log.warning if was_up else log.debug)("scrape failed target=%s reason=%s detail=%r",
+                                                  target.name, e.reason, e.detail)
+            return
+        wall = self.clock()
+        sample_time = fetched.simulated_time if (target.clock == "simulated" and fetched.simulated_time
+                                                 is not None) else wall
+        ingest_success(state, scrape, sample_time=sample_time, wall_time=wall,
+                       duration_s=time.perf_counter() - start, window_s=self.config.derive_window_s,
+                       watermark=self.config.thresholds.watermark, extenders=self.extenders)
+
+    def healthy(self, now_monotonic: float | None = None) -> tuple[bool, str]:
+        """True when every target's loop ticked within three intervals."""
+        now = time.monotonic() if now_monotonic is None else now_monotonic
+        limit = 3 * self.config.scrape_interval_s
+        for st in self.states:
+            last = st.last_tick_monotonic or self.started_monotonic
+            if now - last > limit:
+                return False, f"scrape loop for target {st.target.name} last ticked {now - last:.1f}s ago"
+        return True, "ok"
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+
+
+def _handler(sidecar: Sidecar, ready: Callable[[], bool]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = f"kv-cache-sidecar/{__version__}"
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                encoder, content_type = choose_encoder(self.headers.get("Accept"))
+                self._send(200, encoder(sidecar.registry), content_type)
+            elif path == "/healthz":
+                ok, why = sidecar.healthy()
+                self._send(200 if ok else 503, (why + "\n").encode(), "text/plain; charset=utf-8")
+            elif path == "/readyz":
+                ok = ready()
+                self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n", "text/plain; charset=utf-8")
+            elif path == "/":
+                page = (f"<html><head><title>kv-cache-sidecar</title></head><body><h1>kv-cache-sidecar "
+                        f"{__version__}</h1><p><a href='/metrics'>/metrics</a> <a href='/healthz'>/healthz</a> "
+                        f"<a href='/readyz'>/readyz</a></p></body></html>")
+                self._send(200, page.encode(), "text/html; charset=utf-8")
+            else:
+                self._send(404, b"not found\n", "text/plain; charset=utf-8")
+
+        def _send(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            log.debug("http %s", format % args)
+
+    return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+def start_http(sidecar: Sidecar, ready: Callable[[], bool]) -> ThreadingHTTPServer:
+    host, port = sidecar.config.listen_host_port
+    server_class = _Server6 if ":" in host else _Server
+    server = server_class((host or "0.0.0.0", port), _handler(sidecar, ready))
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    return server
+
+
+async def serve(config: Config, extenders: tuple[Extender, ...] = (),
+                on_listening: Callable[[str], None] | None = None, stop: asyncio.Event | None = None) -> None:
+    """Run until SIGTERM/SIGINT (or ``stop`` is set)."""
+    sidecar = Sidecar(config, extenders)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread (tests)
+            pass
+    server = start_http(sidecar, ready=lambda: True)
+    host, port = server.server_address[:2]
+    url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/metrics"
+    log.info("listening address=%s:%s version=%s targets=%s", host, port, __version__,
+             ",".join(t.name for t in config.targets))
+    if on_listening:
+        on_listening(url)
+
+    scheduler = AsyncIOScheduler(timezone="UTC", job_defaults={
+        "coalesce": True, "max_instances": 1, "misfire_grace_time": max(1, int(config.scrape_interval_s))})
+    for st in sidecar.states:
+        scheduler.add_job(sidecar.scrape_once, "interval", args=[st], seconds=config.scrape_interval_s,
+                          id=f"scrape:{st.target.name}", next_run_time=datetime.now(timezone.utc))
+    scheduler.start()
+    try:
+        await stop.wait()
+    finally:
+        log.info("stopping")
+        scheduler.shutdown(wait=False)
+        server.shutdown()
+        server.server_close()
+        await sidecar.aclose()

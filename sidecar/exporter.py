@@ -1,0 +1,105 @@
+"""The custom Collector: latest per-target snapshots -> metric families.
+
+``collect()`` builds fresh families from the current snapshots on every
+Prometheus scrape and keeps no state of its own. Derived series are withheld
+once a target's last successful scrape is older than the staleness limit
+(``scrape.staleness``), so alerts never run on frozen values. A few lines of
+what it produces::
+
+    kvcache_usage_ratio{engine="0",model_name="m",target="vllm"} 0.936
+    kvcache_free_tokens{engine="0",model_name="m",target="vllm"} 384.0
+    kvcache_requests_waiting{engine="0",model_name="m",reason="capacity",target="vllm"} 56.0
+    kvcache_sidecar_scrape_errors_total{reason="timeout",target="vllm"} 0.0
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Iterable, Iterator, Sequence
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from . import __version__
+from .metrics import BY_NAME, CATALOGUE
+from .state import TargetState
+
+
+def _family(name: str, extra_labels: Sequence[str] = ()) -> Metric:
+    doc = BY_NAME[name]
+    labels = list(doc.labels)
+    if doc.type == "counter":
+        return CounterMetricFamily(name.removesuffix("_total"), doc.help, labels=labels)
+    if doc.type == "info":
+        return GaugeMetricFamily(name, doc.help, labels=labels)  # value 1, information in labels
+    return GaugeMetricFamily(name, doc.help, labels=labels)
+
+
+class SidecarCollector(Collector):
+    def __init__(self, states: Sequence[TargetState], *, staleness_s: float,
+                 clock: Callable[[], float] = time.time):
+        self._states = states
+        self._staleness_s = staleness_s
+        self._clock = clock
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # unchecked collector: families are built per scrape
+
+    def collect(self) -> Iterator[Metric]:
+        now = self._clock()
+        fams = {m.name: _family(m.name) for m in CATALOGUE}
+
+        def add(name: str, labels: list[str], value: float | None) -> None:
+            if value is not None and not math.isnan(value):
+                fams[name].add_metric(labels, float(value))
+
+        for st in self._states:
+            snap = st.snapshot
+            target = st.target.name
+            add("kvcache_sidecar_target_up", [target], 1.0 if snap.up else 0.0)
+            if snap.last_duration_s is not None:
+                add("kvcache_sidecar_scrape_duration_seconds", [target], snap.last_duration_s)
+            for reason, count in st.errors.items():
+                add("kvcache_sidecar_scrape_errors_total", [target, reason], count)
+            if snap.last_success_wall is not None:
+                add("kvcache_sidecar_last_success_timestamp_seconds", [target], snap.last_success_wall)
+            add("kvcache_sidecar_config_changes_total", [target], st.config_changes)
+
+            fresh = snap.last_success_wall is not None and now - snap.last_success_wall <= self._staleness_s
+            if not fresh:
+                continue
+            for (model_name, engine), d in snap.derived.items():
+                key = [target, model_name, engine]
+                add("kvcache_usage_ratio", key, d.usage_ratio)
+                add("kvcache_capacity_tokens", key, d.capacity_tokens)
+                add("kvcache_used_tokens", key, d.used_tokens)
+                add("kvcache_free_tokens", key, d.free_tokens)
+                add("kvcache_watermark_headroom_tokens", key, d.watermark_headroom_tokens)
+                add("kvcache_prefix_cache_queries_tokens_total", key, d.prefix_cache_queries_tokens)
+                add("kvcache_prefix_cache_hits_tokens_total", key, d.prefix_cache_hits_tokens)
+                add("kvcache_preemptions_total", key, d.preemptions)
+                add("kvcache_prefix_cache_hit_ratio", key, d.prefix_cache_hit_ratio)
+                add("kvcache_preemptions_per_second", key, d.preemptions_per_second)
+                add("kvcache_requests_running", key, d.requests_running)
+                for reason, n in sorted(d.requests_waiting.items()):
+                    add("kvcache_requests_waiting", key + [reason], n)
+                if d.engine_asleep is not None:
+                    add("kvcache_engine_asleep", key, 1.0 if d.engine_asleep else 0.0)
+                cc = snap.cache_configs.get((model_name, engine), {})
+                pool = d.pool
+                add("kvcache_server_info", key + [
+                    snap.engine_kind or "", snap.generation or "",
+                    cc.get("block_size", ""), cc.get("num_gpu_blocks", ""), cc.get("cache_dtype", ""),
+                    cc.get("gpu_memory_utilization", ""), cc.get("kv_cache_memory_bytes", ""),
+                    cc.get("enable_prefix_caching", ""), "true" if pool and pool.hybrid else "false",
+                ], 1.0)
+                for name, value in snap.extra.get((model_name, engine), {}).items():
+                    if isinstance(value, dict):
+                        for extra_labels, v in value.items():
+                            add(name, key + list(extra_labels), v)
+                    else:
+                        add(name, key, value)  # type: ignore[arg-type]
+
+        add("kvcache_sidecar_build_info", [__version__], 1.0)
+        yield from fams.values()

@@ -1,0 +1,111 @@
+"""Per-target state between scrapes: history, self-monitoring counters, the latest derived gauges.
+
+:func:`ingest_success` and :func:`ingest_failure` are the only writers; both
+take the time from their caller (sample time and the sidecar's wall time), so
+replays at any speed run through exactly the code the daemon runs. The
+exporter reads a finished :class:`Snapshot` that is replaced, never mutated,
+after each scrape: ``collect()`` on the HTTP thread never sees a half-update.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping
+
+from .config import TargetConfig
+from .derive import Derived, derive
+from .observation import EngineScrape, Observation
+from .scrape import REASONS
+
+log = logging.getLogger("kv_sidecar.state")
+
+Key = tuple[str, str]  # (model_name, engine)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the exporter shows for one target."""
+
+    up: bool = False
+    last_success_wall: float | None = None
+    last_duration_s: float | None = None
+    engine_kind: str | None = None
+    generation: str | None = None
+    derived: Mapping[Key, Derived] = field(default_factory=dict)
+    extra: Mapping[Key, Mapping[str, object]] = field(default_factory=dict)
+    cache_configs: Mapping[Key, Mapping[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class TargetState:
+    target: TargetConfig
+    #: Seconds of history kept per key (the longest window any derivation reads).
+    history_s: float
+    errors: dict[str, int] = field(default_factory=lambda: {r: 0 for r in REASONS})
+    config_changes: int = 0
+    history: dict[Key, deque[tuple[float, Observation]]] = field(default_factory=dict)
+    last_cache_config: dict[str, Mapping[str, str]] = field(default_factory=dict)  # per engine
+    snapshot: Snapshot = field(default_factory=Snapshot)
+    #: monotonic time of the last tick of the scrape loop (successful or not), for /healthz
+    last_tick_monotonic: float | None = None
+
+
+#: Extension point for later layers (capacity model, forecast): called per key
+#: after the base derivation with (key, history, now, derived) -> extra gauges.
+Extender = Callable[[Key, "deque[tuple[float, Observation]]", float, Derived], Mapping[str, object]]
+
+
+def ingest_success(state: TargetState, scrape: EngineScrape, *, sample_time: float, wall_time: float,
+                   duration_s: float, window_s: float, watermark: float,
+                   extenders: tuple[Extender, ...] = ()) -> None:
+    """Record one good scrape and recompute the target's derived gauges."""
+    present: set[Key] = set()
+    for obs in scrape.observations:
+        obs = _intern_cache_config(state, obs)
+        present.add(obs.key)
+        hist = state.history.setdefault(obs.key, deque())
+        if hist and sample_time < hist[-1][0]:
+            hist.clear()  # the clock went backwards (a replay restarted): old samples are meaningless
+        hist.append((sample_time, obs))
+        while hist and hist[0][0] < sample_time - state.history_s:
+            hist.popleft()
+    for gone in set(state.history) - present:  # a model/engine vanished: its series go with it
+        del state.history[gone]
+    derived: dict[Key, Derived] = {}
+    extra: dict[Key, Mapping[str, object]] = {}
+    for key, hist in state.history.items():
+        d = derive(hist, sample_time, window_s=window_s, watermark=watermark)
+        derived[key] = d
+        merged: dict[str, object] = {}
+        for extend in extenders:
+            merged.update(extend(key, hist, sample_time, d))
+        extra[key] = merged
+    state.snapshot = Snapshot(
+        up=True, last_success_wall=wall_time, last_duration_s=duration_s, engine_kind=scrape.engine_kind,
+        generation=scrape.generation, derived=derived, extra=extra,
+        cache_configs={k: h[-1][1].cache_config for k, h in state.history.items()},
+    )
+
+
+def ingest_failure(state: TargetState, reason: str, *, duration_s: float) -> None:
+    """Count a failed scrape. Derived gauges stay until the staleness limit (the exporter checks it)."""
+    state.errors[reason] += 1
+    state.snapshot = replace(state.snapshot, up=False, last_duration_s=duration_s)
+
+
+def _intern_cache_config(state: TargetState, obs: Observation) -> Observation:
+    """Count a cache-config change (a restart with new settings); share equal dicts to save memory."""
+    previous = state.last_cache_config.get(obs.engine)
+    if previous is not None and previous == obs.cache_config:
+        return replace(obs, cache_config=previous)
+    if previous is not None and obs.cache_config:
+        changed = sorted(k for k in set(previous) | set(obs.cache_config)
+                         if previous.get(k) != obs.cache_config.get(k))
+        state.config_changes += 1
+        log.warning("cache config changed target=%s engine=%s fields=%s", state.target.name, obs.engine,
+                    ",".join(f"{k}:{previous.get(k)}->{obs.cache_config.get(k)}" for k in changed[:8]))
+    if obs.cache_config:
+        state.last_cache_config[obs.engine] = obs.cache_config
+    return obs

@@ -1,0 +1,61 @@
+"""Parsing of Prometheus-style durations and byte sizes used in the configuration."""
+
+from __future__ import annotations
+
+import re
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from ``"5s"``, ``"1m30s"``, ``"500ms"`` (Prometheus' duration syntax) or a plain number.
+
+    Raises ``ValueError`` with the accepted syntax in the message.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r} (use e.g. 5s, 1m30s, 500ms)")
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    pos, total = 0, 0.0
+    for m in _DURATION_RE.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"not a duration: {value!r} (use e.g. 5s, 1m30s, 500ms)")
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """The inverse of :func:`parse_duration` for display (``90`` -> ``"1m30s"``)."""
+    if seconds < 1 and seconds > 0:
+        return f"{round(seconds * 1000)}ms"
+    s = int(round(seconds))
+    parts = []
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        if s >= size:
+            parts.append(f"{s // size}{unit}")
+            s %= size
+    return "".join(parts) or "0s"
+
+
+def parse_size(value: object) -> int:
+    """Bytes from ``"16MiB"`` (2^20), ``"16MB"`` (10^6) or a plain integer."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {value!r} (use e.g. 16MiB, 1GB, 1048576)")
+    if isinstance(value, int):
+        return value
+    m = _SIZE_RE.match(str(value))
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(f"not a size: {value!r} (use e.g. 16MiB, 1GB, 1048576)")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])

@@ -1,0 +1,127 @@
+"""Configuration: defaults, precedence, and bad input that names the field and exits 2 before serving."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sidecar.config import ConfigError, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+KV = [str(Path(sys.executable).with_name("kv-sidecar"))]
+
+
+def test_defaults_are_the_documented_ones():
+    c = load_config(None, env={})
+    (t,) = c.targets
+    assert t.url == "http://127.0.0.1:8000/metrics"
+    assert c.listen_address == ":9437"
+    assert c.scrape_interval_s == 5.0
+    assert t.timeout_s == pytest.approx(4.0)  # 0.8 x interval
+    assert t.body_size_limit_bytes == 16 * 2**20
+    assert c.staleness_s == 60.0  # max(3 x 5s, 60s)
+    assert c.derive_window_s == 300.0
+    assert (c.thresholds.watermark, c.thresholds.warning, c.thresholds.target_usage) == (0.9, 0.8, 0.75)
+
+
+def test_one_second_interval_alone_is_valid():
+    c = load_config(None, env={}, flags={("scrape", "interval"): "1s"})
+    assert c.scrape_interval_s == 1.0 and c.targets[0].timeout_s == pytest.approx(0.8)
+    assert c.staleness_s == 60.0
+
+
+def test_default_timeout_is_capped_at_ten_seconds():
+    c = load_config(None, env={}, flags={("scrape", "interval"): "1m"})
+    assert c.targets[0].timeout_s == 10.0 and c.staleness_s == 180.0
+
+
+def test_flags_win_over_env_which_wins_over_the_file(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("scrape: {interval: 10s}\nweb: {listen_address: ':1111'}\ntargets: [http://file:8000/metrics]\n")
+    env = {"KV_SIDECAR_SCRAPE_INTERVAL": "7s", "KV_SIDECAR_TARGET": "http://env:8000/metrics,http://env2:8000/m"}
+    c = load_config(str(f), env=env, flags={("scrape", "interval"): "3s"})
+    assert c.scrape_interval_s == 3.0
+    assert [t.url for t in c.targets] == ["http://env:8000/metrics", "http://env2:8000/m"]
+    assert c.listen_address == ":1111"
+    c = load_config(str(f), env=env, flag_targets=["http://flag:8000/metrics"])
+    assert c.scrape_interval_s == 7.0 and [t.url for t in c.targets] == ["http://flag:8000/metrics"]
+
+
+def test_the_shipped_example_is_valid():
+    example = REPO / "deploy" / "examples" / "sidecar.yaml"
+    r = subprocess.run(KV + ["check-config", str(example)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "ok" in r.stdout
+
+
+BAD = {
+    "unknown-section": ("scrap:\n  interval: 5s\n", "scrap: unknown section (did you mean 'scrape'?)"),
+    "unknown-field": ("scrape:\n  intervall: 5s\n", "scrape.intervall: unknown field (did you mean 'interval'?)"),
+    "bad-duration": ("scrape:\n  interval: five seconds\n", "scrape.interval: not a duration"),
+    "negative-duration": ("scrape:\n  interval: 0s\n", "scrape.interval: must be greater than"),
+    "url-without-scheme": ("targets:\n  - url: localhost\n",
+                           "targets[0].url: not an http(s) URL: 'localhost' (did you mean http://localhost:8000/metrics?)"),
+    "timeout-above-interval": ("scrape: {interval: 5s}\ntargets:\n  - url: http://a:8000/metrics\n    timeout: 6s\n",
+                               "targets[0].timeout: '6s' is longer than scrape.interval"),
+    "bad-size": ("targets:\n  - url: http://a:8000/metrics\n    body_size_limit: lots\n",
+                 "targets[0].body_size_limit: not a size"),
+    "duplicate-names": ("targets:\n  - {name: a, url: 'http://a:8000/metrics'}\n  - {name: a, url: 'http://b:8000/metrics'}\n",
+                        "targets[1].name: 'a' is used by another target"),
+    "unknown-engine": ("targets:\n  - {url: 'http://a:8000/metrics', engine: tgi}\n",
+                       "targets[0].engine: 'tgi' is not supported"),
+    "missing-token-file": ("targets:\n  - {url: 'http://a:8000/metrics', bearer_token_file: /nonexistent/token}\n",
+                           "targets[0].bearer_token_file: '/nonexistent/token' is not a readable file"),
+    "watermark-order": ("thresholds: {watermark: 0.7, warning: 0.8}\n", "thresholds.warning: must be below thresholds.watermark"),
+    "watermark-range": ("thresholds: {watermark: 90}\n", "thresholds.watermark: must be a fraction between 0 and 1"),
+    "bad-listen": ("web: {listen_address: 'localhost'}\n", "web.listen_address: 'localhost' is not HOST:PORT"),
+    "bad-log-level": ("log: {level: verbose}\n", "log.level: 'verbose' is not one of"),
+    "missing-model-config": ("model: {config: /nonexistent/model}\n", "model.config: '/nonexistent/model' does not exist"),
+    "bad-tp": ("model: {tensor_parallel_size: zero}\n", "model.tensor_parallel_size: must be a whole number"),
+    "not-yaml": ("targets: [unclosed\n", "not valid YAML"),
+    "not-a-mapping": ("- just\n- a list\n", "the top level must be a mapping"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_config_exits_2_naming_the_field(tmp_path, name):
+    text, expected = BAD[name]
+    f = tmp_path / f"{name}.yaml"
+    f.write_text(text)
+    r = subprocess.run(KV + ["check-config", str(f)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert expected in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    f = tmp_path / "many.yaml"
+    f.write_text("scrape: {interval: 5s, intervall: 1s}\nlog: {format: xml}\ntargets: [localhost]\n"
+                 "thresholds: {watermark: 2}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(f), env={})
+    fields = [p.split(":")[0] for p in e.value.problems]
+    assert fields == ["scrape.intervall", "log.format", "thresholds.watermark", "targets[0].url"]
+
+
+def test_run_with_a_bad_config_exits_2_before_serving(tmp_path):
+    # port 1 would need root to bind if it got that far; it must not.
+    r = subprocess.run(KV + ["run", "--scrape.interval", "soon", "--web.listen-address", "127.0.0.1:1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "scrape.interval: not a duration: 'soon'" in r.stderr
+
+
+def test_version_flag():
+    r = subprocess.run(KV + ["--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("kv-cache-sidecar ")
+
+
+def test_help_shows_every_default():
+    r = subprocess.run(KV + ["run", "--help"], capture_output=True, text=True, timeout=60)
+    out = " ".join(r.stdout.split())
+    for default in ("(default: http://127.0.0.1:8000/metrics)", "(default: :9437)", "(default: 5s)",
+                    "(default: 5m)", "(default: 0.9)", "(default: info)", "(default: logfmt)"):
+        assert default in out

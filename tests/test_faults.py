@@ -1,0 +1,247 @@
+"""A target that is down, slow, huge or returns garbage: counted by reason, the daemon keeps going,
+derived gauges survive until the staleness limit and then vanish, and the next good scrape recovers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from conftest import CPU_032
+from faultserver import FaultServer, free_port, huge_chunked, ok, slow_body, status
+
+from sidecar.config import load_config
+from sidecar.daemon import Sidecar
+from sidecar.scrape import REASONS
+
+FULL_A = (CPU_032 / "gqa-6mib_full-a.txt").read_bytes()
+FULL_B = (CPU_032 / "gqa-6mib_full-b.txt").read_bytes()
+KEY = {"model_name": "models/tiny-llama-gqa-bf16", "engine": "0"}
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_800_000_000.0
+
+    def __call__(self):
+        return self.now
+
+
+class Harness:
+    """A sidecar in-process against a FaultServer; the test steps the wall clock."""
+
+    def __init__(self, server: FaultServer, **target):
+        self.server = server
+        self.clock = Clock()
+        self.config = load_config(None, env={}, flags={("scrape", "interval"): "5s"},
+                                  flag_targets=[server.url])
+        if target:
+            from dataclasses import replace
+            self.config = replace(self.config, targets=(replace(self.config.targets[0], **target),))
+        self.sidecar = Sidecar(self.config, clock=self.clock)
+        self.loop = asyncio.new_event_loop()
+        self.name = self.config.targets[0].name
+
+    def scrape(self, advance_s: float = 1.0):
+        self.clock.now += advance_s
+        self.loop.run_until_complete(self.sidecar.scrape_once(self.sidecar.states[0]))
+
+    def value(self, name, **labels):
+        if name.startswith("kvcache_sidecar"):
+            labels = {"target": self.name, **labels}
+        else:
+            labels = {"target": self.name, **KEY, **labels}
+        return self.sidecar.registry.get_sample_value(name, labels)
+
+    def errors(self, reason):
+        return self.value("kvcache_sidecar_scrape_errors_total", reason=reason)
+
+    def close(self):
+        self.loop.run_until_complete(self.sidecar.aclose())
+        self.loop.close()
+
+
+@pytest.fixture
+def server():
+    s = FaultServer()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def h(server):
+    harness = Harness(server)
+    yield harness
+    harness.close()
+
+
+def test_error_counters_exist_at_zero_before_any_failure(h):
+    for reason in REASONS:
+        assert h.errors(reason) == 0.0
+    assert h.value("kvcache_sidecar_target_up") == 0.0
+    assert h.value("kvcache_sidecar_last_success_timestamp_seconds") is None  # absent before a first success
+
+
+def test_refused(server):
+    port = free_port()
+    cfg = load_config(None, env={}, flag_targets=[f"http://127.0.0.1:{port}/metrics"])
+    sc = Sidecar(cfg)
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(sc.scrape_once(sc.states[0]))
+    name = cfg.targets[0].name
+    assert sc.registry.get_sample_value("kvcache_sidecar_scrape_errors_total",
+                                        {"target": name, "reason": "refused"}) == 1.0
+    assert sc.registry.get_sample_value("kvcache_sidecar_target_up", {"target": name}) == 0.0
+    loop.run_until_complete(sc.aclose())
+    loop.close()
+
+
+@pytest.mark.parametrize("behaviour,reason", [
+    (status(500), "http_5xx"),
+    (status(503), "http_5xx"),
+    (status(404), "http_4xx"),
+    (status(401), "http_4xx"),
+    (ok(b""), "empty"),
+    (ok(b"\x00\x01\x02\xff\xfe binary garbage \x89PNG"), "invalid_text"),
+    (ok(b"\xff\xfe\xfd not utf-8 at all"), "invalid_text"),
+    (ok(b'# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine="0" 0.5\n'), "invalid_text"),
+    (ok(b'vllm:kv_cache_usage_perc{engine="0",model_name="m"} zero\n'), "invalid_text"),
+    (ok(b"# HELP up whatever\nup 1\nnode_load1 0.5\n"), "no_engine_metrics"),
+    (huge_chunked(20 * 2**20), "too_large"),
+])
+def test_each_failure_is_counted_under_its_reason(h, server, behaviour, reason):
+    server.behaviour = behaviour
+    h.scrape()
+    assert h.errors(reason) == 1.0
+    assert sum(h.errors(r) for r in REASONS) == 1.0
+    assert h.value("kvcache_sidecar_target_up") == 0.0
+
+
+def test_content_length_above_the_limit_is_too_large_without_reading_it(server):
+    harness = Harness(server, body_size_limit_bytes=1000)
+    try:
+        server.behaviour = ok(FULL_A)
+        harness.scrape()
+        assert harness.errors("too_large") == 1.0
+    finally:
+        harness.close()
+
+
+def test_timeout_and_slow_body(server):
+    harness = Harness(server, timeout_s=0.5)
+    try:
+        server.behaviour = ok(FULL_A, delay_s=1.0)  # headers late
+        harness.scrape()
+        assert harness.errors("timeout") == 1.0
+        server.behaviour = slow_body(FULL_A, seconds=2.0)  # each piece quick, the whole too slow
+        harness.scrape()
+        assert harness.errors("timeout") == 2.0
+    finally:
+        harness.close()
+
+
+def test_gauges_survive_failures_until_staleness_then_vanish_and_recover(h, server):
+    server.behaviour = ok(FULL_A)
+    h.scrape()
+    assert h.value("kvcache_usage_ratio") == pytest.approx(44 / 47)
+    assert h.value("kvcache_sidecar_target_up") == 1.0
+    staleness = h.config.staleness_s
+    assert staleness == 60.0
+
+    server.behaviour = status(500)
+    h.scrape(advance_s=staleness - 1)  # still within the limit: the last good values stay
+    assert h.value("kvcache_sidecar_target_up") == 0.0
+    assert h.value("kvcache_free_tokens") == 384.0
+    h.scrape(advance_s=2)  # past it: derived series are withdrawn, self-monitoring stays
+    assert h.value("kvcache_usage_ratio") is None
+    assert h.value("kvcache_free_tokens") is None
+    assert h.value("kvcache_sidecar_scrape_errors_total", reason="http_5xx") == 2.0
+    assert h.value("kvcache_sidecar_last_success_timestamp_seconds") is not None
+
+    server.behaviour = ok(FULL_B)
+    h.scrape()
+    assert h.value("kvcache_sidecar_target_up") == 1.0
+    assert h.value("kvcache_usage_ratio") == 1.0
+    assert h.value("kvcache_free_tokens") == 0.0
+
+
+def test_saturated_target_answering_in_one_and_a_half_timeouts_keeps_its_gauges(server):
+    harness = Harness(server, timeout_s=1.0)
+    try:
+        server.behaviour = ok(FULL_A)
+        harness.scrape()
+        assert harness.errors("timeout") == 0.0
+        server.behaviour = ok(FULL_B, delay_s=1.5)  # 1.5 x timeout: vLLM slow because saturated
+        for _ in range(3):
+            harness.scrape(advance_s=1)
+        assert harness.errors("timeout") == 3.0
+        assert harness.value("kvcache_usage_ratio") == pytest.approx(44 / 47)  # not vanished after 3 misses
+        server.behaviour = ok(FULL_B)
+        harness.scrape()
+        assert harness.value("kvcache_usage_ratio") == 1.0
+    finally:
+        harness.close()
+
+
+def test_nan_and_inf_values_do_not_break_the_scrape(h, server):
+    text = FULL_A.decode().replace(
+        'vllm:kv_cache_usage_perc{engine="0",model_name="models/tiny-llama-gqa-bf16"} 0.9361702127659575',
+        'vllm:kv_cache_usage_perc{engine="0",model_name="models/tiny-llama-gqa-bf16"} NaN').replace(
+        'vllm:num_requests_running{engine="0",model_name="models/tiny-llama-gqa-bf16"} 8.0',
+        'vllm:num_requests_running{engine="0",model_name="models/tiny-llama-gqa-bf16"} +Inf')
+    assert "NaN" in text and "+Inf\n" in text
+    server.behaviour = ok(text.encode())
+    h.scrape()
+    assert h.value("kvcache_sidecar_target_up") == 1.0
+    assert h.value("kvcache_usage_ratio") is None  # unreadable, not zero
+    assert h.value("kvcache_used_tokens") is None
+    assert h.value("kvcache_requests_running") is None
+    assert h.value("kvcache_capacity_tokens") == 6144.0
+
+
+def test_counter_reset_passes_through_and_rates_stay_sane(h, server):
+    server.behaviour = ok(FULL_B)  # 27 preemptions
+    h.scrape()
+    restarted = FULL_B.decode().replace(
+        'vllm:num_preemptions_total{engine="0",model_name="models/tiny-llama-gqa-bf16"} 27.0',
+        'vllm:num_preemptions_total{engine="0",model_name="models/tiny-llama-gqa-bf16"} 3.0')
+    server.behaviour = ok(restarted.encode())
+    h.scrape(advance_s=10)
+    assert h.value("kvcache_preemptions_total") == 3.0  # passed through; Prometheus' rate() handles the reset
+    assert h.value("kvcache_preemptions_per_second") == pytest.approx(3 / 10)  # counted since the restart
+
+
+def test_metric_renamed_between_scrapes_is_still_read(h, server):
+    server.behaviour = ok(FULL_A)
+    h.scrape()
+    renamed = FULL_A.decode().replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+    server.behaviour = ok(renamed.encode())
+    h.scrape()
+    assert h.value("kvcache_usage_ratio") == pytest.approx(44 / 47)
+    info = h.sidecar.states[0].snapshot
+    assert info.generation == "v1-gpu-names"
+
+
+def test_cache_config_change_is_counted(h, server):
+    server.behaviour = ok(FULL_A)
+    h.scrape()
+    h.scrape()
+    assert h.value("kvcache_sidecar_config_changes_total") == 0.0
+    bigger = FULL_A.decode().replace('num_gpu_blocks="48"', 'num_gpu_blocks="96"').replace(
+        'kv_cache_size_tokens="6144"', 'kv_cache_size_tokens="12288"')
+    server.behaviour = ok(bigger.encode())
+    h.scrape()
+    assert h.value("kvcache_sidecar_config_changes_total") == 1.0
+    assert h.value("kvcache_capacity_tokens") == 12288.0
+
+
+def test_a_model_that_disappears_takes_its_series_with_it(h, server):
+    two = FULL_A.decode() + (
+        '# TYPE vllm:kv_cache_usage_perc gauge\n'
+        'vllm:kv_cache_usage_perc{engine="1",model_name="models/tiny-llama-gqa-bf16"} 0.5\n')
+    server.behaviour = ok(two.encode())
+    h.scrape()
+    assert h.value("kvcache_usage_ratio", engine="1") == 0.5
+    server.behaviour = ok(FULL_A)
+    h.scrape()
+    assert h.value("kvcache_usage_ratio", engine="1") is None
+    assert h.value("kvcache_usage_ratio") == pytest.approx(44 / 47)

