@@ -69,6 +69,12 @@ class ModelSettings:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     gpu_memory: str | None = None  # "80GiB", "80GB" or a GPU name such as "H100-80GB"
+    #: Overrides of the budget estimator's terms (bytes); None = the documented estimate.
+    #: Take them from vLLM's start-up log ("Model loading took", memory profiling lines).
+    weights_memory: int | None = None
+    activation_memory: int | None = None
+    non_torch_memory: int | None = None
+    cudagraph_memory: int | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +119,8 @@ _SCHEMA: dict[str, tuple[str, ...] | None] = {
     "derive": ("window",),
     "log": ("level", "format"),
     "thresholds": ("watermark", "warning", "target_usage"),
-    "model": ("config", "dtype", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory"),
+    "model": ("config", "dtype", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory",
+              "weights_memory", "activation_memory", "non_torch_memory", "cudagraph_memory"),
     "forecast": ("window", "min_samples", "min_span", "segment", "peak_window", "utilization_min", "utilization_max"),
     "alerts": None,  # validated by sidecar.rules
 }
@@ -329,9 +336,17 @@ def _model(m: dict[str, Any], problems: list[str], number) -> ModelSettings:
             except (CapacityError, ValueError) as e:
                 problems.append(f"model.gpu_memory: {e}")
     dtype = m.get("dtype")
+    sizes: dict[str, int | None] = {}
+    for name in ("weights_memory", "activation_memory", "non_torch_memory", "cudagraph_memory"):
+        sizes[name] = None
+        if m.get(name) is not None:
+            try:
+                sizes[name] = parse_size(m[name])
+            except ValueError as e:
+                problems.append(f"model.{name}: {e}")
     return ModelSettings(config=None if path is None else str(path), dtype=None if dtype is None else str(dtype),
                          tensor_parallel_size=tp, pipeline_parallel_size=pp,
-                         gpu_memory=None if gpu is None else str(gpu))
+                         gpu_memory=None if gpu is None else str(gpu), **sizes)
 
 
 def _targets(raw: Any, interval: float, problems: list[str]) -> list[TargetConfig]:

@@ -49,7 +49,8 @@ class Sidecar:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SidecarCollector(self.states, staleness_s=config.staleness_s, clock=clock))
         self._clients = {t.name: make_client(t) for t in config.targets}
-        self._patterns = {t.name: parse.prefilter_pattern(adapter(t.engine).NEEDED) for t in config.targets}
+        self._parsers = {t.name: parse.FilteredParser(adapter(t.engine).NEEDED, adapter(t.engine).INFO_FAMILIES)
+                         for t in config.targets}
         self.started_monotonic = time.monotonic()
 
     async def scrape_once(self, state: TargetState) -> None:
@@ -63,8 +64,7 @@ class Sidecar:
                 raise ScrapeFailed("empty", "200 with an empty body")
             try:
                 text = parse.decode(fetched.body)
-                scrape = adapter(target.engine).normalise(
-                    parse.samples(parse.prefilter(text, self._patterns[target.name])))
+                scrape = adapter(target.engine).normalise(self._parsers[target.name].samples(text))
             except parse.InvalidText as e:
                 raise ScrapeFailed("invalid_text", str(e)) from None
             if scrape is None:

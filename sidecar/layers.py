@@ -107,8 +107,11 @@ class CapacityLayer:
         util = _label_float(cc, "gpu_memory_utilization")
         if self.gpu_memory and util and not kv_bytes:
             try:
+                m = self.settings
                 budget = cap.estimate_budget(self.spec, layout, gpu_memory_bytes=self.gpu_memory,
-                                             gpu_memory_utilization=util)
+                                             gpu_memory_utilization=util, weights=m.weights_memory,
+                                             activation_bytes=m.activation_memory,
+                                             non_torch_bytes=m.non_torch_memory, cudagraph_bytes=m.cudagraph_memory)
                 estimated = self._tokens(layout, budget.kv_budget_bytes, max_len) if budget.kv_budget_bytes > 0 else 0
             except cap.CapacityError:
                 estimated = 0
@@ -361,12 +364,15 @@ class ForecastLayer:
         """M: the configured GPU memory, else inferred from the pool (issue 5 §1)."""
         if self.capacity and self.capacity.gpu_memory:
             return float(self.capacity.gpu_memory), "configured"
-        layout, spec = theory.layout, self.capacity.spec  # type: ignore[union-attr]
-        weights = cap.weights_bytes(spec, tp=layout.tp, pp=layout.pp, dtype=layout.served_dtype)
-        activation = cap.activation_estimate_bytes(spec, layout, layout.max_num_batched_tokens)
-        non_torch = cap.non_torch_estimate_bytes(layout)
+        layout, spec, m = theory.layout, self.capacity.spec, self.capacity.settings  # type: ignore[union-attr]
+        weights = m.weights_memory if m.weights_memory is not None else cap.weights_bytes(
+            spec, tp=layout.tp, pp=layout.pp, dtype=layout.served_dtype)
+        activation = m.activation_memory if m.activation_memory is not None else cap.activation_estimate_bytes(
+            spec, layout, layout.max_num_batched_tokens)
+        non_torch = m.non_torch_memory if m.non_torch_memory is not None else cap.non_torch_estimate_bytes(layout)
         return fc.infer_gpu_memory(capacity_tokens=c0, bytes_per_token=bpt, weights_bytes=weights,
-                                   activation_bytes=activation, non_torch_bytes=non_torch, u0=u0), "inferred"
+                                   activation_bytes=activation, non_torch_bytes=non_torch, u0=u0,
+                                   cudagraph_bytes=m.cudagraph_memory or 0), "inferred"
 
 
 def _first_in_window(history, now: float, seconds: float) -> Observation | None:

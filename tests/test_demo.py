@@ -1,0 +1,54 @@
+"""`make run`'s demo: simulator + sidecar on free ports, gauges moving within a minute."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from faultserver import free_port
+from prometheus_client.parser import text_string_to_metric_families
+
+KV = str(Path(sys.executable).with_name("kv-sidecar"))
+
+
+def gauges(url: str) -> dict[str, float]:
+    out = {}
+    for fam in text_string_to_metric_families(httpx.get(url, timeout=5).text):
+        for s in fam.samples:
+            if not s.labels.get("reason") and not s.labels.get("budget") and not s.labels.get("basis"):
+                out[s.name] = s.value
+    return out
+
+
+def test_demo_prints_both_urls_and_the_gauges_move():
+    port = free_port()
+    proc = subprocess.Popen([KV, "demo", "--speed", "20", "--sidecar-port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(2)]
+        assert lines[0].startswith("simulated vLLM (ramp-10m") and "/metrics" in lines[0]
+        assert lines[1].startswith("kv-cache-sidecar:") and f":{port}/metrics" in lines[1]
+        url = f"http://127.0.0.1:{port}/metrics"
+        deadline = time.monotonic() + 60
+        first = None
+        while time.monotonic() < deadline:
+            g = gauges(url)
+            if "kvcache_usage_ratio" in g:
+                first = first or g
+                if (g["kvcache_usage_ratio"] != first["kvcache_usage_ratio"]
+                        and "kvcache_time_until_full_seconds" in g):
+                    break
+            time.sleep(1)
+        else:
+            raise AssertionError(f"gauges did not move within a minute: {first}")
+        assert g["kvcache_capacity_tokens"] == 8193 * 16  # the simulated 40 GiB GPU at utilization 0.9
+        assert g["kvcache_theoretical_bytes_per_token"] == 131072  # the bundled Llama-3.1-8B config
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+        proc.wait()

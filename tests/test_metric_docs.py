@@ -1,0 +1,92 @@
+"""Every emitted metric is documented in the README, and every documented one is emitted."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sidecar.metrics import CATALOGUE, markdown_table
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def readme_table() -> str:
+    text = (REPO / "README.md").read_text()
+    m = re.search(r"<!-- metrics:begin[^>]*-->\n(.*?)<!-- metrics:end -->", text, re.S)
+    assert m, "README.md lost its metrics markers"
+    return m.group(1)
+
+
+def test_readme_table_is_the_catalogue():
+    assert readme_table() == markdown_table(), "run: kv-sidecar docs, and paste it between the README markers"
+
+
+def test_names_follow_prometheus_conventions():
+    for m in CATALOGUE:
+        assert m.name.startswith("kvcache_"), m.name
+        assert (m.type == "counter") == m.name.endswith("_total"), m.name
+        assert m.help.endswith("."), m.name
+        assert m.action, m.name
+
+
+def emitted_families(registry) -> dict[str, set[str]]:
+    """family name -> label names seen, from a real exposition of the registry."""
+    out: dict[str, set[str]] = {}
+    for fam in text_string_to_metric_families(generate_latest(registry).decode()):
+        for s in fam.samples:
+            name = s.name if not s.name.endswith("_created") else None
+            if name:
+                out.setdefault(name, set()).update(s.labels)
+    return out
+
+
+def test_everything_documented_is_emitted_with_its_labels(full_run_registry):
+    emitted = emitted_families(full_run_registry)
+    for m in CATALOGUE:
+        assert m.name in emitted, f"{m.name} is documented but was never emitted"
+        assert emitted[m.name] == set(m.labels), (m.name, emitted[m.name])
+    undocumented = set(emitted) - {m.name for m in CATALOGUE}
+    assert not undocumented, f"emitted but not documented: {sorted(undocumented)}"
+
+
+import asyncio  # noqa: E402
+
+import pytest  # noqa: E402
+from faultserver import FaultServer, ok  # noqa: E402
+from paths import CPU_032  # noqa: E402
+
+from sidecar.config import load_config  # noqa: E402
+from sidecar.daemon import Sidecar  # noqa: E402
+from sidecar.layers import build_extenders  # noqa: E402
+
+
+@pytest.fixture
+def full_run_registry():
+    """Two real saturated captures through the daemon: one run with --kv-cache-memory-bytes, one as if with
+    --gpu-memory-utilization on a GPU too small for the demand (so shortfall, replicas and levers appear)."""
+    full_a = (CPU_032 / "gqa-6mib_full-a.txt").read_text()
+    full_b = (CPU_032 / "gqa-6mib_full-b.txt").read_text()
+    by_util = [p.replace('kv_cache_memory_bytes="6291456"', 'kv_cache_memory_bytes="None"') for p in (full_a, full_b)]
+    servers = [FaultServer(), FaultServer()]
+    clock = [1_800_000_000.0]
+    try:
+        config = load_config(None, env={}, flags={("model", "config"): str(CPU_032 / "tiny-llama-gqa-bf16.config.json"),
+                                                  ("model", "gpu_memory"): "8MiB"},
+                             flag_targets=[s.url for s in servers])
+        sidecar = Sidecar(config, build_extenders(config), clock=lambda: clock[0])
+        loop = asyncio.new_event_loop()
+        for i in range(8):
+            servers[0].behaviour = ok((full_a if i == 0 else full_b).encode())
+            servers[1].behaviour = ok((by_util[0] if i == 0 else by_util[1]).encode())
+            clock[0] += 5
+            for st in sidecar.states:
+                loop.run_until_complete(sidecar.scrape_once(st))
+        loop.run_until_complete(sidecar.aclose())
+        loop.close()
+        yield sidecar.registry
+    finally:
+        for s in servers:
+            s.stop()
