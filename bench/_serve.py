@@ -49,6 +49,7 @@ def _main(page: str, port: int, step_s: float) -> None:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as vLLM's uvicorn
+        disable_nagle_algorithm = True  # headers and body leave at once, no delayed-ACK stall
 
         def do_GET(self):  # noqa: N802
             clock[0] += step_s

@@ -301,6 +301,9 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
     if not isinstance(alerts, dict):
         problems.append(f"alerts: must be a mapping, got {type(alerts).__name__}")
         alerts = {}
+    else:
+        from .rules import RuleParams  # the rules generator owns that section's schema
+        problems.extend(RuleParams.from_mapping(alerts)[1])
 
     targets = _targets(data.get("targets"), interval, problems)
 

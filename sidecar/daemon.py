@@ -100,6 +100,7 @@ class Sidecar:
 def _handler(sidecar: Sidecar, ready: Callable[[], bool]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = f"kv-cache-sidecar/{__version__}"
+        disable_nagle_algorithm = True  # headers and body leave at once, no delayed-ACK stall
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             path = self.path.split("?", 1)[0]

@@ -80,6 +80,7 @@ BAD = {
     "bad-log-level": ("log: {level: verbose}\n", "log.level: 'verbose' is not one of"),
     "missing-model-config": ("model: {config: /nonexistent/model}\n", "model.config: '/nonexistent/model' does not exist"),
     "bad-tp": ("model: {tensor_parallel_size: zero}\n", "model.tensor_parallel_size: must be a whole number"),
+    "alerts-typo": ("alerts:\n  warnng_for: 5m\n", "alerts.warnng_for: unknown key (did you mean 'warning_for'?)"),
     "not-yaml": ("targets: [unclosed\n", "not valid YAML"),
     "not-a-mapping": ("- just\n- a list\n", "the top level must be a mapping"),
 }

