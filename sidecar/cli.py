@@ -39,17 +39,27 @@ RUN_FLAGS: dict[str, tuple[str, str]] = {
 PLUGGED = ("sidecar.demo", "sidecar.simulator.cli", "sidecar.capacity.cli", "sidecar.rules")
 
 
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
 class _LogfmtFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        msg = record.getMessage()
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        return f'ts={ts}.{int(record.msecs):03d}Z level={record.levelname.lower()} logger={record.name} msg="{msg}"'
+        line = (f"ts={ts}.{int(record.msecs):03d}Z level={record.levelname.lower()} logger={record.name} "
+                f"msg={_quote(record.getMessage())}")
+        if record.exc_info:
+            line += f" err={_quote(self.formatException(record.exc_info))}"
+        return line
 
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps({"ts": record.created, "level": record.levelname.lower(), "logger": record.name,
-                           "msg": record.getMessage()})
+        out = {"ts": record.created, "level": record.levelname.lower(), "logger": record.name,
+               "msg": record.getMessage()}
+        if record.exc_info:
+            out["err"] = self.formatException(record.exc_info)
+        return json.dumps(out)
 
 
 def setup_logging(level: str, fmt: str) -> None:
@@ -134,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     try:
-        config = load_config(args.file, flags={})
+        config = load_config(args.file, env={}, flags={})  # the file alone, whatever this shell exports
         extenders_for(config)
     except ConfigError as e:
         print_config_errors(e)

@@ -12,6 +12,7 @@ The annotated example with every field is ``deploy/examples/sidecar.yaml``.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ DEFAULT_INTERVAL_S = 5.0
 DEFAULT_BODY_LIMIT = 16 * 2**20
 MAX_DEFAULT_TIMEOUT_S = 10.0
 MIN_STALENESS_S = 60.0
+MIN_INTERVAL_S = 0.1
 ENGINES = ("vllm",)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("logfmt", "json")
@@ -170,28 +172,48 @@ def read_yaml(path: str) -> dict[str, Any]:
 
 
 def merge_overrides(file_data: Mapping[str, Any], env: Mapping[str, str],
-                    flags: Mapping[tuple[str, str], Any], flag_targets: list[str] | None) -> dict[str, Any]:
-    """Layer environment and flags over the file's mapping (flags win)."""
-    data: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in file_data.items()}
+                    flags: Mapping[tuple[str, str], Any], flag_targets: list[str] | None,
+                    origins: dict[str, str] | None = None) -> dict[str, Any]:
+    """Layer environment and flags over the file's mapping (flags win).
 
-    def put(section: str, key: str, value: Any) -> None:
+    ``origins`` (when given) receives ``"section.key" -> "KV_SIDECAR_..."`` or
+    ``"--flag"`` for every overridden field, so errors can say where a bad value came from.
+    """
+    data: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in file_data.items()}
+    origins = {} if origins is None else origins
+
+    def put(section: str, key: str, value: Any, origin: str) -> None:
         sect = data.get(section)
         if not isinstance(sect, dict):
             sect = {}
             data[section] = sect
         sect[key] = value
+        origins[f"{section}.{key}"] = origin
 
     for var, (section, key) in ENV_VARS.items():
         if env.get(var, "") != "":
-            put(section, key, env[var])
+            put(section, key, env[var], var)
     if env.get("KV_SIDECAR_TARGET"):
         data["targets"] = [u.strip() for u in env["KV_SIDECAR_TARGET"].split(",") if u.strip()]
+        origins["targets"] = "KV_SIDECAR_TARGET"
     for (section, key), value in flags.items():
         if value is not None:
-            put(section, key, value)
+            put(section, key, value, f"--{section}.{key.replace('_', '-')}")
     if flag_targets:
         data["targets"] = list(flag_targets)
+        origins["targets"] = "--target"
     return data
+
+
+def _attribute(problems: list[str], origins: Mapping[str, str]) -> list[str]:
+    """``scrape.interval: ...`` -> ``scrape.interval (from KV_SIDECAR_SCRAPE_INTERVAL): ...``."""
+    out = []
+    for p in problems:
+        field_name = p.split(":", 1)[0]
+        base = field_name.split("[", 1)[0]
+        origin = origins.get(field_name) or origins.get(base)
+        out.append(p.replace(field_name, f"{field_name} (from {origin})", 1) if origin else p)
+    return out
 
 
 def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
@@ -233,9 +255,12 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
         try:
             if isinstance(value, bool):
                 raise ValueError
-            return kind(value)
+            as_float = float(value)
+            if not math.isfinite(as_float) or (kind is int and not as_float.is_integer()):
+                raise ValueError
+            return kind(as_float)
         except (TypeError, ValueError):
-            problems.append(f"{where}: must be a {'whole number' if kind is int else 'number'}, got {value!r}")
+            problems.append(f"{where}: must be a {'whole number' if kind is int else 'finite number'}, got {value!r}")
             return default
 
     def choice(where: str, value: Any, default: str, options: tuple[str, ...]) -> str:
@@ -249,6 +274,10 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
 
     scrape = section("scrape")
     interval = duration("scrape.interval", scrape.get("interval"), DEFAULT_INTERVAL_S)
+    if interval < MIN_INTERVAL_S:
+        problems.append(f"scrape.interval: must be at least {format_duration(MIN_INTERVAL_S)}, "
+                        f"got {scrape.get('interval')!r}")
+        interval = DEFAULT_INTERVAL_S
     staleness_default = max(3 * interval, MIN_STALENESS_S)
     staleness = duration("scrape.staleness", scrape.get("staleness"), staleness_default)
     if scrape.get("staleness") is not None and staleness < interval:
@@ -258,8 +287,10 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
     web = section("web")
     listen = str(web.get("listen_address", DEFAULT_LISTEN))
     host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not port.isdigit():
         problems.append(f"web.listen_address: {listen!r} is not HOST:PORT (use e.g. :9437 or 127.0.0.1:9437)")
+    elif int(port) > 65535:
+        problems.append(f"web.listen_address: port {port} is out of range (0-65535; 0 = any free port)")
 
     derive = section("derive")
     window = duration("derive.window", derive.get("window"), 300.0)
@@ -296,6 +327,10 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
                         f"(got {forecast.utilization_min}, {forecast.utilization_max})")
     if forecast.min_samples < 2:
         problems.append(f"forecast.min_samples: must be at least 2, got {forecast.min_samples}")
+    elif forecast.window_s < max(forecast.min_span_s, (forecast.min_samples - 1) * interval):
+        problems.append(f"forecast.window: {format_duration(forecast.window_s)} cannot hold forecast.min_samples "
+                        f"({forecast.min_samples}) scrapes spanning forecast.min_span "
+                        f"({format_duration(forecast.min_span_s)}): the fill rate would never be published")
 
     alerts = data.get("alerts") or {}
     if not isinstance(alerts, dict):
@@ -440,5 +475,9 @@ def load_config(path: str | None = None, *, env: Mapping[str, str] | None = None
                 flag_targets: list[str] | None = None) -> Config:
     """Read, merge and validate; raises :class:`ConfigError` listing every problem."""
     file_data = read_yaml(path) if path else {}
-    merged = merge_overrides(file_data, os.environ if env is None else env, flags or {}, flag_targets)
-    return build_config(merged, source=path or "config")
+    origins: dict[str, str] = {}
+    merged = merge_overrides(file_data, os.environ if env is None else env, flags or {}, flag_targets, origins)
+    try:
+        return build_config(merged, source=path or "config")
+    except ConfigError as e:
+        raise ConfigError(_attribute(e.problems, origins), e.source) from None

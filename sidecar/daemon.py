@@ -68,11 +68,17 @@ class Sidecar:
                 raise ScrapeFailed("invalid_text", str(e)) from None
             if scrape is None:
                 raise ScrapeFailed("no_engine_metrics", f"no {target.engine} metric family in the answer")
+        except asyncio.CancelledError:
+            return  # shutting down mid-scrape: nothing to count
         except ScrapeFailed as e:
             was_up = state.snapshot.up or state.snapshot.last_success_wall is None
             ingest_failure(state, e.reason, duration_s=time.perf_counter() - start)
             (log.warning if was_up else log.debug)("scrape failed target=%s reason=%s detail=%r",
                                                   target.name, e.reason, e.detail)
+            return
+        except Exception:  # the adapter met input it could not make sense of: count it, keep running
+            log.exception("cannot read the answer of target=%s", target.name)
+            ingest_failure(state, "invalid_text", duration_s=time.perf_counter() - start)
             return
         wall = self.clock()
         sample_time = fetched.simulated_time if (target.clock == "simulated" and fetched.simulated_time

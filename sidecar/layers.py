@@ -26,7 +26,7 @@ from .state import Extender
 
 log = logging.getLogger("kv_sidecar.layers")
 
-Key = tuple[str, str]
+Key = tuple[str, str, str]  # (target, model_name, engine)
 History = "deque[tuple[float, Observation]]"
 
 #: cache_dtype label values that mean a 1-byte KV cache (vllm/config/cache.py CacheDType).
@@ -167,7 +167,7 @@ class CapacityLayer:
             "actual=%d theoretical=%d ratio=%.3f likely causes: served dtype differs from model.dtype "
             "(float32 downcast to bfloat16), tensor/pipeline parallel sizes differ from model.*, hybrid "
             "(sliding-window or mamba) layers, CUDA-graph memory (vLLM >= 0.21 budgets it), speculative-decoding "
-            "draft layers sharing the pool, or --num-gpu-blocks-override", key[0], key[1], budget, actual,
+            "draft layers sharing the pool, or --num-gpu-blocks-override", key[1], key[2], budget, actual,
             theoretical, actual / theoretical)
 
 
@@ -269,6 +269,11 @@ class ForecastLayer:
 
         out.update(self._advice(obs, pool, series, now))
         return out
+
+    def forget(self, key: Key) -> None:
+        """The model/engine left its target: drop its series."""
+        for store in (self._demand, self._resets, self._last_counter):
+            store.pop(key, None)
 
     def _record(self, key: Key, now: float, demand: float, obs: Observation) -> deque[tuple[float, float]]:
         series = self._demand.setdefault(key, deque())

@@ -53,8 +53,11 @@ class TargetState:
 
 
 #: Extension point for later layers (capacity model, forecast): called per key
-#: after the base derivation with (key, history, now, derived) -> extra gauges.
-Extender = Callable[[Key, "deque[tuple[float, Observation]]", float, Derived], Mapping[str, object]]
+#: after the base derivation with ((target, model_name, engine), history, now,
+#: derived) -> extra gauges. A layer may define ``forget(target_key)``, called
+#: when that model/engine disappears from its target, to drop its own state.
+Extender = Callable[[tuple[str, str, str], "deque[tuple[float, Observation]]", float, Derived],
+                    Mapping[str, object]]
 
 
 def ingest_success(state: TargetState, scrape: EngineScrape, *, sample_time: float, wall_time: float,
@@ -73,6 +76,10 @@ def ingest_success(state: TargetState, scrape: EngineScrape, *, sample_time: flo
             hist.popleft()
     for gone in set(state.history) - present:  # a model/engine vanished: its series go with it
         del state.history[gone]
+        for extend in extenders:
+            forget = getattr(extend, "forget", None)
+            if forget is not None:
+                forget((state.target.name,) + gone)
     derived: dict[Key, Derived] = {}
     extra: dict[Key, Mapping[str, object]] = {}
     for key, hist in state.history.items():
@@ -80,13 +87,28 @@ def ingest_success(state: TargetState, scrape: EngineScrape, *, sample_time: flo
         derived[key] = d
         merged: dict[str, object] = {}
         for extend in extenders:
-            merged.update(extend(key, hist, sample_time, d))
+            try:
+                merged.update(extend((state.target.name,) + key, hist, sample_time, d))
+            except Exception:  # a layer's bug or an odd input must not cost the base gauges
+                _log_layer_failure(state, extend, key)
         extra[key] = merged
     state.snapshot = Snapshot(
         up=True, last_success_wall=wall_time, last_duration_s=duration_s, engine_kind=scrape.engine_kind,
         generation=scrape.generation, derived=derived, extra=extra,
         cache_configs={k: h[-1][1].cache_config for k, h in state.history.items()},
     )
+
+
+_reported: set[tuple[str, str, Key]] = set()
+
+
+def _log_layer_failure(state: TargetState, extend: object, key: Key) -> None:
+    """Log a layer's exception once per target, layer and key (not at every scrape)."""
+    tag = (state.target.name, type(extend).__name__, key)
+    if tag not in _reported:
+        _reported.add(tag)
+        log.exception("derivation layer %s failed target=%s model=%s engine=%s; its gauges are withheld",
+                      type(extend).__name__, state.target.name, key[0], key[1])
 
 
 def ingest_failure(state: TargetState, reason: str, *, duration_s: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -23,6 +24,8 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r} (use e.g. 5s, 1m30s, 500ms)")
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"not a duration: {value!r} (use e.g. 5s, 1m30s, 500ms)")
         return float(value)
     text = str(value).strip()
     pos, total = 0, 0.0

@@ -94,7 +94,7 @@ def test_without_a_model_config_no_theoretical_gauges(server):
 
 @pytest.mark.parametrize("args,message", [
     (["--model.tensor-parallel-size", "3"], "model: "),
-    (["--model.gpu-memory", "lots"], "model.gpu_memory: "),
+    (["--model.gpu-memory", "lots"], "model.gpu_memory (from --model.gpu-memory): "),
 ])
 def test_an_unusable_model_section_exits_2_before_serving(args, message):
     r = subprocess.run([KV, "run", "--model.config", TINY, "--web.listen-address", "127.0.0.1:1"] + args,

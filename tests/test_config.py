@@ -80,6 +80,13 @@ BAD = {
     "bad-log-level": ("log: {level: verbose}\n", "log.level: 'verbose' is not one of"),
     "missing-model-config": ("model: {config: /nonexistent/model}\n", "model.config: '/nonexistent/model' does not exist"),
     "bad-tp": ("model: {tensor_parallel_size: zero}\n", "model.tensor_parallel_size: must be a whole number"),
+    "nan-interval": ("scrape:\n  interval: .nan\n", "scrape.interval: not a duration"),
+    "inf-timeout": ("targets:\n  - {url: 'http://a:8000/metrics', timeout: .inf}\n", "targets[0].timeout: not a duration"),
+    "tiny-interval": ("scrape:\n  interval: 1ms\n", "scrape.interval: must be at least 100ms"),
+    "fractional-tp": ("model: {tensor_parallel_size: 2.7}\n", "model.tensor_parallel_size: must be a whole number"),
+    "port-out-of-range": ("web: {listen_address: ':70000'}\n", "web.listen_address: port 70000 is out of range"),
+    "forecast-window-too-short": ("forecast: {window: 5s, min_span: 1h}\n",
+                                  "forecast.window: 5s cannot hold forecast.min_samples"),
     "alerts-typo": ("alerts:\n  warnng_for: 5m\n", "alerts.warnng_for: unknown key (did you mean 'warning_for'?)"),
     "not-yaml": ("targets: [unclosed\n", "not valid YAML"),
     "not-a-mapping": ("- just\n- a list\n", "the top level must be a mapping"),
@@ -107,12 +114,35 @@ def test_every_problem_is_reported_at_once(tmp_path):
     assert fields == ["scrape.intervall", "log.format", "thresholds.watermark", "targets[0].url"]
 
 
+def test_bad_values_from_the_environment_say_so():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, env={"KV_SIDECAR_SCRAPE_INTERVAL": "abc", "KV_SIDECAR_TARGET": "localhost"})
+    assert e.value.problems == [
+        "scrape.interval (from KV_SIDECAR_SCRAPE_INTERVAL): not a duration: 'abc' (use e.g. 5s, 1m30s, 500ms)",
+        "targets[0].url (from KV_SIDECAR_TARGET): not an http(s) URL: 'localhost' "
+        "(did you mean http://localhost:8000/metrics?)",
+    ]
+
+
+def test_check_config_validates_the_file_alone_whatever_the_environment(tmp_path):
+    f = tmp_path / "ok.yaml"
+    f.write_text("scrape: {interval: 5s}\n")
+    r = subprocess.run(KV + ["check-config", str(f)], capture_output=True, text=True, timeout=60,
+                       env={**__import__("os").environ, "KV_SIDECAR_SCRAPE_INTERVAL": "abc"})
+    assert r.returncode == 0, r.stderr
+
+
+def test_port_zero_means_any_free_port():
+    assert load_config(None, env={}, flags={("web", "listen_address"): "127.0.0.1:0"}).listen_host_port == (
+        "127.0.0.1", 0)
+
+
 def test_run_with_a_bad_config_exits_2_before_serving(tmp_path):
     # port 1 would need root to bind if it got that far; it must not.
     r = subprocess.run(KV + ["run", "--scrape.interval", "soon", "--web.listen-address", "127.0.0.1:1"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
-    assert "scrape.interval: not a duration: 'soon'" in r.stderr
+    assert "scrape.interval (from --scrape.interval): not a duration: 'soon'" in r.stderr
 
 
 def test_version_flag():

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import httpx
-from faultserver import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 KV = str(Path(sys.executable).with_name("kv-sidecar"))
@@ -25,14 +24,14 @@ def gauges(url: str) -> dict[str, float]:
 
 
 def test_demo_prints_both_urls_and_the_gauges_move():
-    port = free_port()
-    proc = subprocess.Popen([KV, "demo", "--speed", "20", "--sidecar-port", str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    # `make run` passes no flags: both servers take any free port and say which.
+    proc = subprocess.Popen([KV, "demo", "--speed", "20"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
     try:
         lines = [proc.stdout.readline() for _ in range(2)]
         assert lines[0].startswith("simulated vLLM (ramp-10m") and "/metrics" in lines[0]
-        assert lines[1].startswith("kv-cache-sidecar:") and f":{port}/metrics" in lines[1]
-        url = f"http://127.0.0.1:{port}/metrics"
+        assert lines[1].startswith("kv-cache-sidecar:") and lines[1].rstrip().endswith("/metrics")
+        url = lines[1].split()[-1]
         deadline = time.monotonic() + 60
         first = None
         while time.monotonic() < deadline:

@@ -203,3 +203,72 @@ def test_a_model_that_disappears_takes_its_series_with_it(h, server):
     h.scrape()
     assert h.value("kvcache_usage_ratio", engine="1") is None
     assert h.value("kvcache_usage_ratio") == pytest.approx(44 / 47)
+
+
+@pytest.mark.parametrize("mutation", [
+    ('le="1000.0"', 'le="abc"'),  # an unparsable bucket bound
+    ('vllm:request_prompt_tokens_sum{engine="0",model_name="models/tiny-llama-gqa-bf16"} 17920.0',
+     'vllm:request_prompt_tokens_sum{engine="0",model_name="models/tiny-llama-gqa-bf16"} NaN'),
+    ('vllm:request_prompt_tokens_bucket{engine="0",le="+Inf",model_name="models/tiny-llama-gqa-bf16"} 35.0',
+     'vllm:request_prompt_tokens_bucket{engine="0",le="+Inf",model_name="models/tiny-llama-gqa-bf16"} NaN'),
+])
+def test_odd_histograms_cost_only_themselves(h, server, mutation):
+    server.behaviour = ok(FULL_A)
+    h.scrape()
+    broken = FULL_B.decode().replace(*mutation)
+    assert broken != FULL_B.decode()
+    server.behaviour = ok(broken.encode())
+    h.scrape()
+    assert h.value("kvcache_sidecar_target_up") == 1.0
+    assert sum(h.errors(r) for r in REASONS) == 0.0
+    assert h.value("kvcache_usage_ratio") == 1.0
+    assert h.value("kvcache_demand_tokens") is not None
+
+
+def test_compressed_answers_are_refused_not_inflated(h, server):
+    import gzip
+
+    def gzipped(handler):
+        body = gzip.compress(FULL_A)
+        handler.send_response(200)
+        handler.send_header("Content-Encoding", "gzip")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+    server.behaviour = gzipped
+    h.scrape()
+    assert h.errors("invalid_text") == 1.0
+
+
+def test_two_targets_serving_the_same_model_keep_separate_forecasts():
+    """Each target's forecast state is its own, even when model_name and engine coincide."""
+    from paths import CPU_032 as cpu
+    ramp_pages = []
+    base = (cpu / "gqa-1gib_load.txt").read_text()
+    for i in range(8):  # a rising usage on target A
+        ramp_pages.append(base.replace("vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"models/tiny-llama-gqa-bf16\"} 0.05469417653522157",
+                                       f"vllm:kv_cache_usage_perc{{engine=\"0\",model_name=\"models/tiny-llama-gqa-bf16\"}} {0.05 + 0.05 * i}"))
+    assert ramp_pages[3] != base
+    servers = [FaultServer(), FaultServer()]
+    clock = [1_800_000_000.0]
+    try:
+        cfg = load_config(None, env={}, flag_targets=[s.url for s in servers])
+        from sidecar.layers import build_extenders
+        sc = Sidecar(cfg, build_extenders(cfg), clock=lambda: clock[0])
+        loop = asyncio.new_event_loop()
+        servers[1].behaviour = ok(base.encode())  # flat
+        for page in ramp_pages:
+            servers[0].behaviour = ok(page.encode())
+            clock[0] += 5
+            for st in sc.states:
+                loop.run_until_complete(sc.scrape_once(st))
+        names = [t.name for t in cfg.targets]
+        labels = {"model_name": "models/tiny-llama-gqa-bf16", "engine": "0"}
+        rising = sc.registry.get_sample_value("kvcache_fill_rate_tokens_per_second", {"target": names[0], **labels})
+        flat = sc.registry.get_sample_value("kvcache_fill_rate_tokens_per_second", {"target": names[1], **labels})
+        assert rising > 0 and flat == 0.0
+        loop.run_until_complete(sc.aclose())
+        loop.close()
+    finally:
+        for s in servers:
+            s.stop()

@@ -18,6 +18,9 @@ Traps handled here, each from that reference:
   series can come once per ``pid``: gauges fold by ``max`` (every copy is the
   same engine's state, the freshest is the largest for a growing cache and
   equal otherwise), counters by ``sum`` (each process counted its own part).
+  Before vLLM PR #28792 (≈0.11.2) a gauge copy of a process that stopped
+  updating could stay high; ``max`` then over-reports usage until vLLM
+  restarts, which errs on the side of paging.
 * ``*_created`` series are ignored.
 """
 
@@ -171,14 +174,24 @@ def _histograms(by_name: dict[str, list[tuple[dict[str, str], float]]], fam: str
     buckets: dict[tuple[str, str], dict[float, float]] = defaultdict(lambda: defaultdict(float))
     counts: dict[tuple[str, str], float] = defaultdict(float)
     sums: dict[tuple[str, str], float] = defaultdict(float)
+    broken: set[tuple[str, str]] = set()  # a non-finite or unparsable piece makes the whole histogram absent
     for labels, value in by_name.get(fam + "_bucket", ()):
-        le = float(labels.get("le", "nan"))
+        try:
+            le = float(labels.get("le", "nan"))
+        except ValueError:
+            le = math.nan
+        if math.isnan(le) or not math.isfinite(value):
+            broken.add(_key(labels))
+            continue
         buckets[_key(labels)][le] += value  # per-pid copies of a counter add up
-    for labels, value in by_name.get(fam + "_count", ()):
-        counts[_key(labels)] += value
-    for labels, value in by_name.get(fam + "_sum", ()):
-        sums[_key(labels)] += value
+    for suffix, target in (("_count", counts), ("_sum", sums)):
+        for labels, value in by_name.get(fam + suffix, ()):
+            if not math.isfinite(value):
+                broken.add(_key(labels))
+            target[_key(labels)] += value
     out = {}
     for key, les in buckets.items():
+        if key in broken or math.inf not in les:
+            continue
         out[key] = Histogram(buckets=tuple(sorted(les.items())), count=counts.get(key, 0.0), sum=sums.get(key, 0.0))
     return out
