@@ -9,7 +9,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test venv tools vllm bench clean
+.PHONY: run test venv tools vllm bench bench-real-ramp clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ test: venv tools vllm
 bench: venv
 	$(PY) bench/scrape_cycle.py
 	$(PY) bench/memory.py
+	$(PY) bench/forecast.py
+
+bench-real-ramp: venv vllm
+	$(PY) -m pytest -m realramp -s tests/realvllm/test_real_ramp.py
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache .hypothesis

@@ -254,14 +254,21 @@ class ForecastLayer:
             out["kvcache_recommendation_info"] = {("none", "engine_asleep"): 1.0}
             return out
 
-        trend = [(t, v) for t, v in series if t >= now - self.fcfg.window_s]
-        rate = fc.fill_rate(trend, min_samples=self.fcfg.min_samples, min_span_s=self.fcfg.min_span_s,
+        trend_points = self._trend_points(key, series, now)
+        rate = fc.fill_rate(trend_points, min_samples=self.fcfg.min_samples, min_span_s=self.fcfg.min_span_s,
                             reset_times=self._resets.get(key, ()), segment_s=self.fcfg.segment_s or None)
+        free = d.free_tokens if d.free_tokens is not None else 0
+        headroom = d.watermark_headroom_tokens or 0
         if rate is not None:
             out["kvcache_fill_rate_tokens_per_second"] = rate
-        free = d.free_tokens if d.free_tokens is not None else 0
+            # Measure from where the demand's peaks stand now, not from this scrape's value, which
+            # may sit in a trough of the sawtooth (docs/forecast.md, "time until full").
+            level = fc.envelope_level(trend_points, rate, now, segment_s=self.fcfg.segment_s or None)
+            if level is not None and level > demand:
+                free = max(0.0, free - (level - demand))
+                headroom = max(0.0, headroom - (level - demand))
         until_full = fc.time_until(free, rate, block_size=bs)
-        until_mark = fc.time_until(d.watermark_headroom_tokens or 0, rate, block_size=bs)
+        until_mark = fc.time_until(headroom, rate, block_size=bs)
         if until_full is not None:
             out["kvcache_time_until_full_seconds"] = until_full
         if until_mark is not None:
@@ -269,6 +276,11 @@ class ForecastLayer:
 
         out.update(self._advice(obs, pool, series, now))
         return out
+
+    def _trend_points(self, key: Key, series, now: float) -> list[tuple[float, float]]:
+        """The window's demand samples since the last vLLM restart (the same ones fill_rate reads)."""
+        since = max([t for t in self._resets.get(key, ()) if t <= now], default=-math.inf)
+        return [(t, v) for t, v in series if t >= now - self.fcfg.window_s and t >= since]
 
     def forget(self, key: Key) -> None:
         """The model/engine left its target: drop its series."""

@@ -29,6 +29,7 @@ from .trend import (
     cdiv,
     demand_tokens,
     detect_counter_resets,
+    envelope_level,
     fill_rate,
     mean_request_kv_tokens,
     theil_sen_slope,
@@ -43,6 +44,6 @@ __all__ = [
     "infer_gpu_memory", "max_concurrent_requests", "max_model_len_for_concurrency",
     "min_capacity_tokens_for_max_model_len", "required_capacity_tokens", "suggest_gpu_memory_utilization",
     "suggest_kv_cache_memory_bytes", "suggested_replicas",
-    "cdiv", "demand_tokens", "detect_counter_resets", "fill_rate", "mean_request_kv_tokens",
+    "cdiv", "demand_tokens", "detect_counter_resets", "envelope_level", "fill_rate", "mean_request_kv_tokens",
     "theil_sen_slope", "time_until", "upper_envelope",
 ]

@@ -108,6 +108,10 @@ def fill_rate(
     2. Theil–Sen slope (:func:`theil_sen_slope`) of those points: exact on a
        linear ramp, robust to a single noisy scrape (a spike moves one
        envelope point, the median ignores it).
+    3. A positive slope counts only when the envelope rises consistently
+       (Kendall's tau ≥ :data:`MIN_TREND_TAU`, the Mann–Kendall trend test);
+       otherwise the rate is 0: peaks that wander up and down around a high
+       level are not a fill, and paging on them would be a false page.
 
     Slice width and warm-up: a slice only flattens the sawtooth when it holds
     at least one peak, i.e. when it is longer than the teeth (about the running
@@ -144,7 +148,48 @@ def fill_rate(
     envelope = upper_envelope(pts, segments, segment_s)
     if len(envelope) < 2:
         return None
-    return theil_sen_slope(envelope)
+    slope = theil_sen_slope(envelope)
+    if slope is not None and slope > 0 and kendall_tau(envelope) < MIN_TREND_TAU:
+        return 0.0  # the peaks do not rise consistently: noise, not a fill (Mann–Kendall test)
+    return slope
+
+
+def kendall_tau(points: Sequence[tuple[float, float]]) -> float:
+    """Kendall's tau-a of ``y`` against ``t``: (concordant − discordant pairs) ÷ all pairs, in [−1, 1]."""
+    pairs = s = 0
+    for i, (t1, y1) in enumerate(points):
+        for t2, y2 in points[i + 1:]:
+            if t2 == t1:
+                continue
+            pairs += 1
+            s += (y2 > y1) - (y2 < y1) if t2 > t1 else (y1 > y2) - (y1 < y2)
+    return s / pairs if pairs else 0.0
+
+
+#: Kendall's tau the envelope must reach before a positive slope counts as filling: 0.73 is the
+#: one-sided 5 % critical value of the Mann–Kendall trend test for six envelope points (S >= 11 of
+#: 15 pairs; Kendall, "Rank correlation methods", 1975). Chosen on the scenario library with
+#: bench/forecast.py: it removes the forecast's false pages on the preemption-free steady loads
+#: (peaks 0.8-0.93) while the ramps still warn before the first preemption (docs/forecast-validation.md).
+MIN_TREND_TAU = 0.73
+
+
+def envelope_level(samples: Sequence[tuple[float, float]], rate: float, at: float, *,
+                   segments: int = DEFAULT_SEGMENTS, segment_s: float | None = None) -> float | None:
+    """Where the upper envelope's trend line stands at time ``at``: the level the demand's peaks reach now.
+
+    Theil–Sen's intercept (Sen 1968): the median of ``y_i + rate × (at − t_i)``
+    over the envelope points of :func:`fill_rate`. Requests finishing make the
+    demand a sawtooth, and it is the peaks, not the troughs, that run the cache
+    out: time until full is measured from this level (see :func:`time_until`),
+    so a scrape that happens to land in a trough does not add minutes to the
+    forecast.
+    """
+    pts = _finite_points(samples)
+    envelope = upper_envelope(pts, segments, segment_s)
+    if not envelope or not math.isfinite(rate):
+        return None
+    return statistics.median(y + rate * (at - t) for t, y in envelope)
 
 
 def time_until(free_tokens: float, rate: float | None, *, block_size: int) -> float | None:

@@ -1,0 +1,188 @@
+"""Replay a simulated vLLM through the daemon's own code, in simulated time.
+
+Shared by ``bench/forecast.py`` and ``tests/forecast_validation``. Each
+:meth:`Replay.step` renders the simulator's ``/metrics`` body and runs the
+three calls :meth:`sidecar.daemon.Sidecar.scrape_once` makes after its HTTP
+fetch, with nothing changed:
+
+1. ``parse.decode`` + the Sidecar's own per-target ``parse.FilteredParser``
+   (the pre-filtered parse),
+2. ``adapter("vllm").normalise`` (the vLLM adapter),
+3. ``state.ingest_success(..., extenders=build_extenders(config))`` with
+   ``sample_time`` = the simulator's clock (what a ``clock: simulated`` target
+   takes from the ``X-Simulated-Time`` header), so the capacity and forecast
+   layers see exactly what the daemon would feed them.
+
+While the simulator is down (a ``restart`` scenario) the daemon's fetch gets a
+503: that is ``state.ingest_failure(state, "http_5xx")`` here too.
+
+Gauges are read back from the :class:`~sidecar.daemon.Sidecar`'s own
+Prometheus registry (the exporter's ``collect()``), whose clock is the
+simulated one so the staleness limit is applied in simulated seconds.
+
+Only the HTTP hop is skipped; the tests in ``tests/forecast_validation`` run
+the real hop (``kv-sidecar simulate`` + ``kv-sidecar run``) and show it gives
+the same gauges.
+
+    from replay import Replay, replay_config
+    r = Replay(Simulator(SimConfig(), scenario="ramp-10m", seed=1), replay_config(window="10m"))
+    r.run_until(600.0, every=5.0, on_sample=lambda r: print(r.now, r.gauge("kvcache_usage_ratio")))
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Callable, Mapping
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `sidecar` when run as a script
+
+from sidecar import parse  # noqa: E402
+from sidecar.config import Config, load_config  # noqa: E402
+from sidecar.daemon import Sidecar  # noqa: E402
+from sidecar.engines import adapter  # noqa: E402
+from sidecar.generations import Generation  # noqa: E402
+from sidecar.layers import build_extenders  # noqa: E402
+from sidecar.simulator import Simulator  # noqa: E402
+from sidecar.state import ingest_failure, ingest_success  # noqa: E402
+
+#: The target URL of a replay: never contacted (the body comes from the simulator in-process).
+REPLAY_URL = "http://127.0.0.1:9/metrics"
+TARGET = "replay"
+
+
+def replay_config(*, window: str | None = None, segment: str | None = None, min_samples: int | None = None,
+                  min_span: str | None = None, peak_window: str | None = None, interval: str = "5s",
+                  derive_window: str | None = None, model_config: str | None = None,
+                  gpu_memory: str | None = None, target_usage: float | None = None) -> Config:
+    """A daemon configuration for one replayed target, built by the daemon's own loader.
+
+    Every argument is the ``--<section>.<key>`` flag of ``kv-sidecar run`` of the
+    same name; ``None`` keeps the built-in default, so a replay with no
+    arguments runs the shipped defaults.
+    """
+    flags = {
+        ("scrape", "interval"): interval,
+        ("forecast", "window"): window,
+        ("forecast", "segment"): segment,
+        ("forecast", "min_samples"): min_samples,
+        ("forecast", "min_span"): min_span,
+        ("forecast", "peak_window"): peak_window,
+        ("derive", "window"): derive_window,
+        ("model", "config"): model_config,
+        ("model", "gpu_memory"): gpu_memory,
+        ("thresholds", "target_usage"): target_usage,
+    }
+    return load_config(None, env={}, flags=flags,
+                       flag_targets=[{"name": TARGET, "url": REPLAY_URL, "clock": "simulated"}])
+
+
+def scrape_body(body: bytes, parser: parse.FilteredParser, engine: str = "vllm"):
+    """What ``Sidecar.scrape_once`` makes of a fetched body: decode, pre-filtered parse, normalise."""
+    scrape = adapter(engine).normalise(parser.samples(parse.decode(body)))
+    if scrape is None:  # the simulator always exports vLLM families; this would be a bug there
+        raise RuntimeError("the page has no vLLM family")
+    return scrape
+
+
+def new_parser(config: Config | None = None) -> parse.FilteredParser:
+    """The daemon's own per-target parser, taken from a :class:`Sidecar` (``Sidecar.__init__`` builds it).
+
+    Taken rather than rebuilt, so that this replay follows any change to how the daemon parses
+    (a public ``Sidecar`` method for "ingest this body" would remove the private access; see
+    docs/forecast-validation.md).
+    """
+    sidecar = Sidecar(config or replay_config())
+    return sidecar._parsers[sidecar.states[0].target.name]
+
+
+class Pipeline:
+    """One in-process :class:`Sidecar` (with ``build_extenders(config)``) on a clock the caller sets.
+
+    :meth:`ingest` is the tail of ``Sidecar.scrape_once``: ``ingest_success``
+    with ``sample_time`` = wall time = the simulated time of the body, or
+    ``ingest_failure(..., "http_5xx")`` when the server answered 503.
+    """
+
+    def __init__(self, config: Config, model_name: str) -> None:
+        self.config = config
+        self.now = 0.0
+        # The exporter's staleness check reads this clock: simulated seconds, like the samples.
+        self.sidecar = Sidecar(config, build_extenders(config), clock=lambda: self.now)
+        self.state = self.sidecar.states[0]
+        self.labels = {"target": self.state.target.name, "model_name": model_name, "engine": "0"}
+        self._page: dict[tuple[str, tuple[tuple[str, str], ...]], float] | None = None
+
+    def ingest(self, t: float, scrape) -> None:
+        """One scrape at simulated time ``t``; ``scrape`` None = the target was down (HTTP 503)."""
+        self.now = t
+        self._page = None
+        if scrape is None:
+            ingest_failure(self.state, "http_5xx", duration_s=0.0)
+            return
+        ingest_success(self.state, scrape, sample_time=t, wall_time=t, duration_s=0.0,
+                       window_s=self.config.derive_window_s, watermark=self.config.thresholds.watermark,
+                       extenders=self.sidecar.extenders)
+
+    def page(self) -> Mapping[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Every sample of the Sidecar's registry (one ``collect()``, as one Prometheus scrape)."""
+        if self._page is None:
+            self._page = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                          for family in self.sidecar.registry.collect() for s in family.samples}
+        return self._page
+
+    def gauge(self, name: str, **extra: str) -> float | None:
+        """One sample of the replayed engine, ``None`` when not published (as ``get_sample_value``)."""
+        labels = {**self.labels, **extra}
+        return self.page().get((name, tuple(sorted(labels.items()))))
+
+
+class Replay:
+    """One simulator feeding one :class:`Pipeline`, both on the simulated clock."""
+
+    def __init__(self, sim: Simulator, config: Config,
+                 generation: Generation = Generation.V1_CAPACITY_LABELS) -> None:
+        self.sim = sim
+        self.config = config
+        self.generation = generation
+        self.pipeline = Pipeline(config, sim.config.model_name)
+        self.sidecar = self.pipeline.sidecar
+        self._parser = self.sidecar._parsers[self.pipeline.state.target.name]  # the daemon's own
+
+    @property
+    def now(self) -> float:
+        return self.sim.now
+
+    def scrape(self):
+        """The simulator's page at its current time as the daemon parses it; None while it is down."""
+        if not self.sim.up:
+            return None
+        return scrape_body(self.sim.render(self.generation).encode(), self._parser)
+
+    def step(self) -> bool:
+        """Scrape the simulator once at its current time; False when it was down (a 503)."""
+        scrape = self.scrape()
+        self.pipeline.ingest(self.sim.now, scrape)
+        return scrape is not None
+
+    def run_until(self, end_s: float, *, every: float = 5.0,
+                  on_sample: Callable[["Replay"], None] | None = None) -> None:
+        """Advance and scrape every ``every`` simulated seconds up to ``end_s`` (inclusive)."""
+        start, n = self.sim.now, 0
+        while True:
+            n += 1
+            t = start + n * every
+            if t > end_s + 1e-9:
+                break
+            self.sim.advance_to(t)
+            self.step()
+            if on_sample is not None:
+                on_sample(self)
+
+    def gauge(self, name: str, **extra: str) -> float | None:
+        return self.pipeline.gauge(name, **extra)
+
+
+def finite_or_none(x: float | None) -> float | None:
+    return None if x is None or math.isnan(x) else x

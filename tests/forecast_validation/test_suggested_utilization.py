@@ -1,0 +1,97 @@
+"""Issue 5 §2: apply the suggested ``gpu_memory_utilization`` and the same workload's peak sits at target_usage.
+
+The simulator turns utilization into KV blocks as vLLM does (``SimConfig.num_blocks``:
+``memory × u − weights − activation − non-torch``, floored to blocks). The daemon's layers, given
+the served model's real ``config.json`` (Llama-3.1-8B: 32 layers × 8 KV heads × 128 × K,V × 2 bytes
+= 131,072 bytes per token, exactly the simulator's ``kv_bytes_per_token``) and the GPU memory
+(``model.gpu_memory``, so ``basis="configured"``), compute ``kvcache_suggested_gpu_memory_utilization``
+from the peak ``kvcache_demand_tokens`` of the run. The same workload (scenario + seed = the same
+requests, ``Simulator.with_gpu_memory_utilization``) is then run again at that utilization.
+
+The server is an 80 GiB GPU at a low ``gpu_memory_utilization`` (0.43: 7,374 blocks), so that the
+answer lies inside the suggestion's clamp range [0.5, 0.95]; on the library's 40 GiB server at 0.9
+the range above 0.9 holds only 16k more tokens and every saturating scenario is clamped to 0.95.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from paths import MODEL_CONFIGS
+from replay import Replay, replay_config
+
+from sidecar.simulator import LIBRARY, SimConfig, Simulator
+
+GIB = 1 << 30
+MODEL = MODEL_CONFIGS / "Llama-3.1-8B.json"
+SERVER = SimConfig(gpu_memory_bytes=80 * GIB, gpu_memory_utilization=0.43)
+TARGET, TOLERANCE = 0.75, 0.05
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _run(sim: Simulator) -> tuple[Replay, list[tuple[float, float, float]]]:
+    """Replay the whole scenario; (t, usage, demand) at every 5-s scrape."""
+    replay = Replay(sim, replay_config(model_config=str(MODEL), gpu_memory="80GiB", target_usage=TARGET))
+    rows: list[tuple[float, float, float]] = []
+    replay.run_until(LIBRARY[sim.scenario.name].duration_s, every=5.0, on_sample=lambda r: rows.append(
+        (r.now, r.gauge("kvcache_usage_ratio"), r.gauge("kvcache_demand_tokens"))))
+    return replay, rows
+
+
+@pytest.fixture(autouse=True)
+def _quiet_capacity_warning():
+    # The capacity layer rightly warns that the simulator's activation/non-torch memory differs
+    # from its own estimate; irrelevant here (the configured basis does not use the estimate).
+    logging.disable(logging.WARNING)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+def test_sizing_model_matches_the_simulator():
+    """Premise: the bytes per token the sidecar derives from config.json are the simulator's."""
+    replay = Replay(Simulator(SERVER, scenario="steady-high", seed=1),
+                    replay_config(model_config=str(MODEL), gpu_memory="80GiB"))
+    replay.run_until(30.0)
+    assert replay.gauge("kvcache_theoretical_bytes_per_token") == SERVER.kv_bytes_per_token == 131072
+    assert replay.gauge("kvcache_capacity_tokens") == SERVER.num_blocks * SERVER.block_size == 7374 * 16
+
+
+def test_applied_suggestion_puts_the_peak_at_target_usage():
+    """steady-high on 7,374 blocks: peaks reach 1.0 and preempt; at u* the same peak sits at 0.75 ± 0.05."""
+    first, rows = _run(Simulator(SERVER, scenario="steady-high", seed=1))
+    assert first.sim.preemptions > 0 and max(u for _, u, _ in rows) > 0.99  # premise: it saturates
+    u = first.gauge("kvcache_suggested_gpu_memory_utilization", basis="configured")
+    assert u is not None and 0.5 < u < 0.95, u  # inside the clamp range: a real answer, not a bound
+    assert first.gauge("kvcache_recommendation_info", action="raise_gpu_memory_utilization",
+                       reason="peak_above_target") == 1.0
+    peak_t = max(rows, key=lambda r: r[2])[0]  # the workload's peak: highest demand
+
+    again, rows2 = _run(first.sim.with_gpu_memory_utilization(u))
+    at_peak = dict((t, usage) for t, usage, _ in rows2)[peak_t]
+    print(f"\nsteady-high seed 1: {SERVER.num_blocks} blocks at u=0.43, {first.sim.preemptions} preemptions, "
+          f"peak demand at t={peak_t:.0f}s; suggested u*={u:.4f} -> {again.sim.num_blocks} blocks: usage at "
+          f"the peak {at_peak:.3f}, max {max(x for _, x, _ in rows2):.3f}, {again.sim.preemptions} preemptions")
+    assert abs(at_peak - TARGET) <= TOLERANCE, at_peak
+    assert max(x for _, x, _ in rows2) <= TARGET + TOLERANCE
+    assert again.sim.preemptions == 0
+
+
+def test_heavy_saturation_overshoots_but_never_underprovisions():
+    """burst-3x-5m (340 preemptions): the queue built while thrashing inflates the peak demand.
+
+    Measured: u* = 0.936, and at it the burst peaks at about 0.34, far below 0.75 — the known limit
+    of counting waiting requests at their mean size (docs/forecast-validation.md). What must still
+    hold: following the advice removes every preemption and the peak stays below the warning.
+    """
+    first, rows = _run(Simulator(SERVER.replace(gpu_memory_utilization=0.42), scenario="burst-3x-5m", seed=1))
+    assert first.sim.preemptions > 100
+    u = first.gauge("kvcache_suggested_gpu_memory_utilization", basis="configured")
+    assert u is not None and u > 0.42
+    again, rows2 = _run(first.sim.with_gpu_memory_utilization(u))
+    peak = max(x for _, x, _ in rows2)
+    print(f"\nburst-3x-5m seed 1: u*={u:.4f} -> peak usage {peak:.3f}, {again.sim.preemptions} preemptions "
+          f"(was {first.sim.preemptions})")
+    assert again.sim.preemptions == 0
+    assert peak <= TARGET + TOLERANCE
