@@ -39,7 +39,6 @@ import resource
 import statistics
 import sys
 import time
-from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -5,7 +5,7 @@ Shared by ``bench/forecast.py`` and ``tests/forecast_validation``. Each
 three calls :meth:`sidecar.daemon.Sidecar.scrape_once` makes after its HTTP
 fetch, with nothing changed:
 
-1. ``parse.decode`` + the Sidecar's own per-target ``parse.FilteredParser``
+1. ``Sidecar.read_body``: ``parse.decode`` + the Sidecar's own per-target ``parse.FilteredParser``
    (the pre-filtered parse),
 2. ``adapter("vllm").normalise`` (the vLLM adapter),
 3. ``state.ingest_success(..., extenders=build_extenders(config))`` with
@@ -38,14 +38,12 @@ from typing import Callable, Mapping
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `sidecar` when run as a script
 
-from sidecar import parse  # noqa: E402
 from sidecar.config import Config, load_config  # noqa: E402
 from sidecar.daemon import Sidecar  # noqa: E402
-from sidecar.engines import adapter  # noqa: E402
 from sidecar.generations import Generation  # noqa: E402
 from sidecar.layers import build_extenders  # noqa: E402
 from sidecar.simulator import Simulator  # noqa: E402
-from sidecar.state import ingest_failure, ingest_success  # noqa: E402
+from sidecar.state import ingest_failure  # noqa: E402
 
 #: The target URL of a replay: never contacted (the body comes from the simulator in-process).
 REPLAY_URL = "http://127.0.0.1:9/metrics"
@@ -78,23 +76,25 @@ def replay_config(*, window: str | None = None, segment: str | None = None, min_
                        flag_targets=[{"name": TARGET, "url": REPLAY_URL, "clock": "simulated"}])
 
 
-def scrape_body(body: bytes, parser: parse.FilteredParser, engine: str = "vllm"):
-    """What ``Sidecar.scrape_once`` makes of a fetched body: decode, pre-filtered parse, normalise."""
-    scrape = adapter(engine).normalise(parser.samples(parse.decode(body)))
-    if scrape is None:  # the simulator always exports vLLM families; this would be a bug there
-        raise RuntimeError("the page has no vLLM family")
-    return scrape
+def scrape_body(body: bytes, reader: "BodyReader"):
+    """What ``Sidecar.scrape_once`` makes of a fetched body (``Sidecar.read_body``)."""
+    return reader.read(body)
 
 
-def new_parser(config: Config | None = None) -> parse.FilteredParser:
-    """The daemon's own per-target parser, taken from a :class:`Sidecar` (``Sidecar.__init__`` builds it).
+class BodyReader:
+    """A Sidecar's own ``read_body`` for one target, so each page is parsed once and fed to many pipelines."""
 
-    Taken rather than rebuilt, so that this replay follows any change to how the daemon parses
-    (a public ``Sidecar`` method for "ingest this body" would remove the private access; see
-    docs/forecast-validation.md).
-    """
-    sidecar = Sidecar(config or replay_config())
-    return sidecar._parsers[sidecar.states[0].target.name]
+    def __init__(self, config: Config | None = None) -> None:
+        self._sidecar = Sidecar(config or replay_config())
+        self._state = self._sidecar.states[0]
+
+    def read(self, body: bytes):
+        return self._sidecar.read_body(self._state, body)
+
+
+def new_parser(config: Config | None = None) -> BodyReader:
+    """A reader that runs the daemon's own decode, pre-filtered parse and normalise."""
+    return BodyReader(config)
 
 
 class Pipeline:
@@ -121,9 +121,7 @@ class Pipeline:
         if scrape is None:
             ingest_failure(self.state, "http_5xx", duration_s=0.0)
             return
-        ingest_success(self.state, scrape, sample_time=t, wall_time=t, duration_s=0.0,
-                       window_s=self.config.derive_window_s, watermark=self.config.thresholds.watermark,
-                       extenders=self.sidecar.extenders)
+        self.sidecar.record(self.state, scrape, sample_time=t, wall_time=t, duration_s=0.0)
 
     def page(self) -> Mapping[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Every sample of the Sidecar's registry (one ``collect()``, as one Prometheus scrape)."""
@@ -148,7 +146,6 @@ class Replay:
         self.generation = generation
         self.pipeline = Pipeline(config, sim.config.model_name)
         self.sidecar = self.pipeline.sidecar
-        self._parser = self.sidecar._parsers[self.pipeline.state.target.name]  # the daemon's own
 
     @property
     def now(self) -> float:
@@ -158,7 +155,7 @@ class Replay:
         """The simulator's page at its current time as the daemon parses it; None while it is down."""
         if not self.sim.up:
             return None
-        return scrape_body(self.sim.render(self.generation).encode(), self._parser)
+        return self.sidecar.read_body(self.pipeline.state, self.sim.render(self.generation).encode())
 
     def step(self) -> bool:
         """Scrape the simulator once at its current time; False when it was down (a 503)."""

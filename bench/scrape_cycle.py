@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 

@@ -30,6 +30,7 @@ from . import __version__, parse
 from .config import Config
 from .engines import adapter
 from .exporter import SidecarCollector
+from .observation import EngineScrape
 from .scrape import ScrapeFailed, fetch, make_client
 from .state import Extender, TargetState, ingest_failure, ingest_success
 
@@ -59,15 +60,7 @@ class Sidecar:
         start = time.perf_counter()
         try:
             fetched = await fetch(self._clients[target.name], target)
-            if not fetched.body.strip():
-                raise ScrapeFailed("empty", "200 with an empty body")
-            try:
-                text = parse.decode(fetched.body)
-                scrape = adapter(target.engine).normalise(self._parsers[target.name].samples(text))
-            except parse.InvalidText as e:
-                raise ScrapeFailed("invalid_text", str(e)) from None
-            if scrape is None:
-                raise ScrapeFailed("no_engine_metrics", f"no {target.engine} metric family in the answer")
+            scrape = self.read_body(state, fetched.body)
         except asyncio.CancelledError:
             return  # shutting down mid-scrape: nothing to count
         except ScrapeFailed as e:
@@ -83,9 +76,31 @@ class Sidecar:
         wall = self.clock()
         sample_time = fetched.simulated_time if (target.clock == "simulated" and fetched.simulated_time
                                                  is not None) else wall
-        ingest_success(state, scrape, sample_time=sample_time, wall_time=wall,
-                       duration_s=time.perf_counter() - start, window_s=self.config.derive_window_s,
-                       watermark=self.config.thresholds.watermark, extenders=self.extenders)
+        self.record(state, scrape, sample_time=sample_time, wall_time=wall, duration_s=time.perf_counter() - start)
+
+    def read_body(self, state: TargetState, body: bytes) -> EngineScrape:
+        """What the daemon makes of a fetched body: decode, pre-filtered parse, normalise.
+
+        Raises :class:`ScrapeFailed` (``empty``, ``invalid_text``, ``no_engine_metrics``).
+        Public so that replays (``bench/replay.py``) run exactly this code.
+        """
+        target = state.target
+        if not body.strip():
+            raise ScrapeFailed("empty", "200 with an empty body")
+        try:
+            scrape = adapter(target.engine).normalise(self._parsers[target.name].samples(parse.decode(body)))
+        except parse.InvalidText as e:
+            raise ScrapeFailed("invalid_text", str(e)) from None
+        if scrape is None:
+            raise ScrapeFailed("no_engine_metrics", f"no {target.engine} metric family in the answer")
+        return scrape
+
+    def record(self, state: TargetState, scrape: EngineScrape, *, sample_time: float, wall_time: float,
+               duration_s: float) -> None:
+        """Record a good scrape taken at ``sample_time`` and recompute the target's gauges."""
+        ingest_success(state, scrape, sample_time=sample_time, wall_time=wall_time, duration_s=duration_s,
+                       window_s=self.config.derive_window_s, watermark=self.config.thresholds.watermark,
+                       extenders=self.extenders)
 
     def healthy(self, now_monotonic: float | None = None) -> tuple[bool, str]:
         """True when every target's loop ticked within three intervals."""
