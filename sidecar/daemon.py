@@ -45,7 +45,7 @@ class Sidecar:
         self.config = config
         self.clock = clock  # wall time, injectable so tests can step past the staleness limit
         self.extenders = extenders
-        history_s = max(config.derive_window_s, config.forecast.window_s)  # the forecast keeps its own peak series
+        history_s = config.derive_window_s  # the forecast layer keeps its own, lighter, demand series
         self.states = [TargetState(target=t, history_s=history_s) for t in config.targets]
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SidecarCollector(self.states, staleness_s=config.staleness_s, clock=clock))

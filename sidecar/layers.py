@@ -206,7 +206,10 @@ class ForecastLayer:
         self.th = config.thresholds
         self.fcfg = config.forecast
         #: per key: (t, demand tokens) over the longest window read (trend and peak windows)
-        self._demand: dict[Key, deque[tuple[float, float]]] = {}
+        self._demand: dict[Key, deque[tuple[float, float]]] = {}  # over forecast.window (the trend)
+        #: per key: the running maximum of demand over forecast.peak_window, as a monotonic queue
+        #: (values decreasing from the left): the peak in O(1) per scrape instead of a scan of an hour.
+        self._peaks: dict[Key, deque[tuple[float, float]]] = {}
         #: per key: (t, prompt_tokens counter) for restart detection
         self._resets: dict[Key, list[float]] = {}
         self._last_counter: dict[Key, float] = {}
@@ -274,30 +277,37 @@ class ForecastLayer:
         if until_mark is not None:
             out["kvcache_time_until_watermark_seconds"] = until_mark
 
-        out.update(self._advice(obs, pool, series, now))
+        out.update(self._advice(obs, pool, self._peaks[key], now))
         return out
 
     def _trend_points(self, key: Key, series, now: float) -> list[tuple[float, float]]:
         """The window's demand samples since the last vLLM restart (the same ones fill_rate reads)."""
         since = max([t for t in self._resets.get(key, ()) if t <= now], default=-math.inf)
-        return [(t, v) for t, v in series if t >= now - self.fcfg.window_s and t >= since]
+        return [(t, v) for t, v in series if t >= since]
 
     def forget(self, key: Key) -> None:
         """The model/engine left its target: drop its series."""
-        for store in (self._demand, self._resets, self._last_counter):
+        for store in (self._demand, self._peaks, self._resets, self._last_counter):
             store.pop(key, None)
 
     def _record(self, key: Key, now: float, demand: float, obs: Observation) -> deque[tuple[float, float]]:
         series = self._demand.setdefault(key, deque())
+        peaks = self._peaks.setdefault(key, deque())
         if series and now < series[-1][0]:  # a replay restarted: start afresh
             series.clear()
+            peaks.clear()
             self._resets.pop(key, None)
             self._last_counter.pop(key, None)
         if not series or now > series[-1][0]:
             series.append((now, demand))
-        keep = max(self.fcfg.window_s, self.fcfg.peak_window_s)
-        while series and series[0][0] < now - keep:
+            while peaks and peaks[-1][1] <= demand:
+                peaks.pop()
+            peaks.append((now, demand))
+        while series and series[0][0] < now - self.fcfg.window_s:
             series.popleft()
+        while peaks and peaks[0][0] < now - self.fcfg.peak_window_s:
+            peaks.popleft()
+        keep = max(self.fcfg.window_s, self.fcfg.peak_window_s)
         counter = obs.prompt_tokens
         if counter is not None:
             last = self._last_counter.get(key)
@@ -307,17 +317,16 @@ class ForecastLayer:
             self._last_counter[key] = counter
         return series
 
-    def _advice(self, obs: Observation, pool: PoolSize, series, now: float) -> dict[str, object]:
+    def _advice(self, obs: Observation, pool: PoolSize, peaks, now: float) -> dict[str, object]:
         """Suggested memory setting, shortfall, replicas, levers and the top recommendation."""
         out: dict[str, object] = {}
         bs = pool.block_size
         cc = obs.cache_config
         c0 = pool.capacity_tokens
-        peak_points = [v for t, v in series if t >= now - self.fcfg.peak_window_s]
-        if c0 is None or not peak_points or bs is None:
+        if c0 is None or not peaks or bs is None:
             out["kvcache_recommendation_info"] = {("none", "insufficient_data"): 1.0}
             return out
-        peak = max(peak_points)
+        peak = peaks[0][1]  # the largest demand of the peak window
         target = self.th.target_usage
         lo, hi = self.fcfg.utilization_min, self.fcfg.utilization_max
         kv_bytes = _label_float(cc, "kv_cache_memory_bytes")
