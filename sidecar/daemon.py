@@ -64,15 +64,20 @@ class Sidecar:
         except asyncio.CancelledError:
             return  # shutting down mid-scrape: nothing to count
         except ScrapeFailed as e:
-            was_up = state.snapshot.up or state.snapshot.last_success_wall is None
+            # Say it once per run of failures with the same reason (vLLM loading a model refuses
+            # connections for minutes); the counter has every one.
+            news = state.failing_reason != e.reason
+            state.failing_reason = e.reason
             ingest_failure(state, e.reason, duration_s=time.perf_counter() - start)
-            (log.warning if was_up else log.debug)("scrape failed target=%s reason=%s detail=%r",
-                                                  target.name, e.reason, e.detail)
+            (log.warning if news else log.debug)("scrape failed target=%s reason=%s detail=%r",
+                                                 target.name, e.reason, e.detail)
             return
         except Exception:  # the adapter met input it could not make sense of: count it, keep running
             log.exception("cannot read the answer of target=%s", target.name)
             ingest_failure(state, "invalid_text", duration_s=time.perf_counter() - start)
             return
+        if state.failing_reason is not None:
+            log.info("scrape recovered target=%s after reason=%s", target.name, state.failing_reason)
         wall = self.clock()
         sample_time = fetched.simulated_time if (target.clock == "simulated" and fetched.simulated_time
                                                  is not None) else wall

@@ -50,6 +50,8 @@ class TargetState:
     snapshot: Snapshot = field(default_factory=Snapshot)
     #: monotonic time of the last tick of the scrape loop (successful or not), for /healthz
     last_tick_monotonic: float | None = None
+    #: reason of the current run of failures (None after a success): logs say a failure once, not every scrape
+    failing_reason: str | None = None
 
 
 #: Extension point for later layers (capacity model, forecast): called per key
@@ -92,6 +94,7 @@ def ingest_success(state: TargetState, scrape: EngineScrape, *, sample_time: flo
             except Exception:  # a layer's bug or an odd input must not cost the base gauges
                 _log_layer_failure(state, extend, key)
         extra[key] = merged
+    state.failing_reason = None
     state.snapshot = Snapshot(
         up=True, last_success_wall=wall_time, last_duration_s=duration_s, engine_kind=scrape.engine_kind,
         generation=scrape.generation, derived=derived, extra=extra,

@@ -272,3 +272,17 @@ def test_two_targets_serving_the_same_model_keep_separate_forecasts():
     finally:
         for s in servers:
             s.stop()
+
+
+def test_a_run_of_failures_is_logged_once_and_the_recovery_too(h, server, caplog):
+    import logging
+    server.behaviour = status(503)
+    with caplog.at_level(logging.INFO, logger="kv_sidecar.daemon"):
+        for _ in range(4):
+            h.scrape()
+        server.behaviour = ok(FULL_A)
+        h.scrape()
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("scrape failed" in m for m in messages) == 1
+    assert sum("scrape recovered" in m and "reason=http_5xx" in m for m in messages) == 1
+    assert h.errors("http_5xx") == 4.0
