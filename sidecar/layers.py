@@ -73,7 +73,7 @@ class CapacityLayer:
         except cap.CapacityError as e:
             raise ConfigError([f"model: {e}"]) from None
         self._layouts: dict[tuple[int | None, str, int | None], cap.KVLayout] = {}
-        self._warned: set[tuple[Key, str]] = set()
+        self._warned: set[tuple] = set()
 
     def layout_for(self, cc: Mapping[str, str]) -> cap.KVLayout:
         """The layout vLLM built: block size and KV dtype as vLLM reports them in cache_config_info."""
@@ -112,9 +112,13 @@ class CapacityLayer:
                                              gpu_memory_utilization=util, weights=m.weights_memory,
                                              activation_bytes=m.activation_memory,
                                              non_torch_bytes=m.non_torch_memory, cudagraph_bytes=m.cudagraph_memory)
-                estimated = self._tokens(layout, budget.kv_budget_bytes, max_len) if budget.kv_budget_bytes > 0 else 0
-            except cap.CapacityError:
-                estimated = 0
+                estimated = self._tokens(layout, budget.kv_budget_bytes, max_len)
+            except cap.CapacityError as e:  # e.g. the weights alone exceed the budget: no estimate, said once
+                budget, estimated = None, None
+                if ("estimate", obs.engine) not in self._warned:
+                    self._warned.add(("estimate", obs.engine))
+                    log.warning("no estimated capacity engine=%s: %s (check model.gpu_memory and the "
+                                "model.*_memory overrides)", obs.engine, e)
         return Theory(layout, exact, estimated, budget)
 
     @staticmethod
@@ -210,6 +214,8 @@ class ForecastLayer:
         #: per key: the running maximum of demand over forecast.peak_window, as a monotonic queue
         #: (values decreasing from the left): the peak in O(1) per scrape instead of a scan of an hour.
         self._peaks: dict[Key, deque[tuple[float, float]]] = {}
+        #: per key: the sample time the layer first saw it (advice to lower needs a whole peak window)
+        self._first_seen: dict[Key, float] = {}
         #: per key: (t, prompt_tokens counter) for restart detection
         self._resets: dict[Key, list[float]] = {}
         self._last_counter: dict[Key, float] = {}
@@ -277,7 +283,8 @@ class ForecastLayer:
         if until_mark is not None:
             out["kvcache_time_until_watermark_seconds"] = until_mark
 
-        out.update(self._advice(obs, pool, self._peaks[key], now))
+        watched_s = now - self._first_seen.get(key, now)
+        out.update(self._advice(obs, pool, self._peaks[key], now, watched_s))
         return out
 
     def _trend_points(self, key: Key, series, now: float) -> list[tuple[float, float]]:
@@ -287,7 +294,7 @@ class ForecastLayer:
 
     def forget(self, key: Key) -> None:
         """The model/engine left its target: drop its series."""
-        for store in (self._demand, self._peaks, self._resets, self._last_counter):
+        for store in (self._demand, self._peaks, self._resets, self._last_counter, self._first_seen):
             store.pop(key, None)
 
     def _record(self, key: Key, now: float, demand: float, obs: Observation) -> deque[tuple[float, float]]:
@@ -296,8 +303,10 @@ class ForecastLayer:
         if series and now < series[-1][0]:  # a replay restarted: start afresh
             series.clear()
             peaks.clear()
+            self._first_seen.pop(key, None)
             self._resets.pop(key, None)
             self._last_counter.pop(key, None)
+        self._first_seen.setdefault(key, now)
         if not series or now > series[-1][0]:
             series.append((now, demand))
             while peaks and peaks[-1][1] <= demand:
@@ -317,8 +326,13 @@ class ForecastLayer:
             self._last_counter[key] = counter
         return series
 
-    def _advice(self, obs: Observation, pool: PoolSize, peaks, now: float) -> dict[str, object]:
-        """Suggested memory setting, shortfall, replicas, levers and the top recommendation."""
+    def _advice(self, obs: Observation, pool: PoolSize, peaks, now: float, watched_s: float) -> dict[str, object]:
+        """Suggested memory setting, shortfall, replicas, levers and the top recommendation.
+
+        A peak above target is evidence at once; the absence of peaks is evidence only after a whole
+        ``forecast.peak_window`` has been watched. Until then no advice lowers memory (a restarted
+        sidecar next to a quiet vLLM must not advise cutting its cache).
+        """
         out: dict[str, object] = {}
         bs = pool.block_size
         cc = obs.cache_config
@@ -383,6 +397,15 @@ class ForecastLayer:
         rec = fc.recommend(asleep=False, peak_demand_tokens=peak, capacity_tokens=c0, block_size=bs,
                            target_usage=target, max_capacity_tokens=max_capacity, memory_mode=mode,
                            kv_dtype_bytes=kv_dtype_bytes, max_model_len=max_len)
+        if watched_s < self.fcfg.peak_window_s:
+            if rec.action.startswith("lower_"):
+                rec = fc.Recommendation("none", "insufficient_data")
+            suggested_u = out.get("kvcache_suggested_gpu_memory_utilization")
+            if isinstance(suggested_u, dict) and u0 and all(v < u0 for v in suggested_u.values()):
+                del out["kvcache_suggested_gpu_memory_utilization"]
+            suggested_b = out.get("kvcache_suggested_kv_cache_memory_bytes")
+            if suggested_b is not None and kv_bytes and suggested_b < kv_bytes:
+                del out["kvcache_suggested_kv_cache_memory_bytes"]
         out["kvcache_recommendation_info"] = {(rec.action, rec.reason): 1.0}
         return out
 

@@ -101,10 +101,12 @@ CATALOGUE: tuple[MetricDoc, ...] = (
               "published after 5 samples spanning 10s).",
               "Positive and steady: the cache is filling; see time until full."),
     MetricDoc("kvcache_time_until_full_seconds", "gauge", "seconds", KEY,
-              "Free tokens / fill rate; +Inf when not filling, 0 when at most one block is free.",
+              "Tokens free above where the demand's peaks stand now (the trend of its upper envelope) / fill "
+              "rate; +Inf when not filling, 0 when at most one block is free at that level.",
               "Below 15 minutes: KVCacheFullSoon; act before preemptions start."),
     MetricDoc("kvcache_time_until_watermark_seconds", "gauge", "seconds", KEY,
-              "Watermark headroom / fill rate; +Inf when not filling, 0 at or above the watermark.",
+              "Watermark headroom above the demand's peaks / fill rate; +Inf when not filling, 0 at or above "
+              "the watermark.",
               "When the paging watermark will be crossed at the current trend."),
     MetricDoc("kvcache_max_concurrent_requests", "gauge", "requests", KEY + ("basis",),
               "Requests that fit at once in the usable blocks: basis=max_model_len (vLLM's assumption), "

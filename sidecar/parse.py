@@ -3,7 +3,7 @@
 Parsing is ``prometheus_client.parser`` (never a hand-rolled parser). A vLLM
 page is ~600 lines of which the sidecar reads ~40; handing the parser only
 those lines (plus their ``# HELP``/``# TYPE``) is what makes a scrape cheap
-(``bench/scrape_cycle.py`` measures it). ``tests/test_parse.py`` proves on
+(``bench/scrape_cycle.py`` measures it). ``tests/test_prefilter.py`` proves on
 every fixture that the filtered parse yields exactly the samples the adapter
 takes from a full parse.
 """

@@ -46,20 +46,22 @@ def test_exact_budget_reproduces_vllms_capacity_to_the_token(server, capture, to
 
 
 def test_estimated_budget_needs_gpu_memory_and_uses_vllms_utilization(server):
-    # The same server as if started with --gpu-memory-utilization 0.92 and no --kv-cache-memory-bytes.
+    # The same server as if started with --gpu-memory-utilization 0.92 and no --kv-cache-memory-bytes,
+    # on an 8 GiB device whose start-up log gave weights 1 GiB, activation peak 512 MiB, non-torch 256 MiB.
     page = (CPU_032 / "gqa-1gib_idle.txt").read_text().replace(
         'kv_cache_memory_bytes="1073741824"', 'kv_cache_memory_bytes="None"')
     server.behaviour = ok(page.encode())
-    h = harness(server, gpu_memory="8GiB")
+    h = harness(server, gpu_memory="8GiB", weights_memory="1GiB", activation_memory="512MiB",
+                non_torch_memory="256MiB", cudagraph_memory="0")
     try:
         h.scrape()
         assert h.value("kvcache_theoretical_capacity_tokens", budget="exact") is None
-        estimated = h.value("kvcache_theoretical_capacity_tokens", budget="estimated")
-        # 8 GiB x 0.92 minus small weights/activation/non-torch estimates, at 1024 B/token, whole blocks of 128
-        assert 6_000_000 < estimated < 0.92 * 8 * 2**30 / 1024
-        assert estimated % 128 == 0
-        assert h.value("kvcache_capacity_efficiency_ratio", budget="estimated") == pytest.approx(
-            1_048_576 / estimated)
+        # vLLM: available = total x utilization - weights - activation - non-torch; a block of 128 tokens
+        # costs 128 x 1024 B over both layers; capacity = blocks x 128 (kv-capacity.md A2/A3).
+        budget = int(8 * 2**30 * 0.92) - 2**30 - 512 * 2**20 - 256 * 2**20
+        expected = budget // (128 * 1024) * 128
+        assert h.value("kvcache_theoretical_capacity_tokens", budget="estimated") == expected == 5_882_496
+        assert h.value("kvcache_capacity_efficiency_ratio", budget="estimated") == pytest.approx(1_048_576 / expected)
     finally:
         h.close()
 

@@ -87,6 +87,8 @@ BAD = {
     "port-out-of-range": ("web: {listen_address: ':70000'}\n", "web.listen_address: port 70000 is out of range"),
     "forecast-window-too-short": ("forecast: {window: 5s, min_span: 1h}\n",
                                   "forecast.window: 5s cannot hold forecast.min_samples"),
+    "credentials-in-url": ("targets:\n  - url: 'http://admin:s3cr3t@vllm:8000/metrics'\n",
+                           "targets[0].url: credentials in the URL would end up in labels and logs"),
     "alerts-typo": ("alerts:\n  warnng_for: 5m\n", "alerts.warnng_for: unknown key (did you mean 'warning_for'?)"),
     "not-yaml": ("targets: [unclosed\n", "not valid YAML"),
     "not-a-mapping": ("- just\n- a list\n", "the top level must be a mapping"),
@@ -130,6 +132,18 @@ def test_check_config_validates_the_file_alone_whatever_the_environment(tmp_path
     r = subprocess.run(KV + ["check-config", str(f)], capture_output=True, text=True, timeout=60,
                        env={**__import__("os").environ, "KV_SIDECAR_SCRAPE_INTERVAL": "abc"})
     assert r.returncode == 0, r.stderr
+
+
+def test_credentials_never_reach_the_output(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("targets:\n  - url: 'http://admin:s3cr3t@vllm:8000/metrics'\n")
+    r = subprocess.run(KV + ["check-config", str(f)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "s3cr3t" not in r.stderr + r.stdout
+
+
+def test_default_target_name_is_host_and_port():
+    (t,) = load_config(None, env={}, flag_targets=["http://vllm.ns.svc:8000/metrics"]).targets
+    assert t.name == "vllm.ns.svc:8000"
 
 
 def test_port_zero_means_any_free_port():

@@ -81,3 +81,23 @@ def test_fill_rate_appears_after_five_samples_spanning_ten_seconds(h, server):
     h.scrape(advance_s=5)
     assert h.value("kvcache_fill_rate_tokens_per_second") == 0.0  # a flat level is not filling
     assert h.value("kvcache_time_until_full_seconds") == float("inf")
+
+
+def test_no_advice_to_lower_memory_before_a_whole_peak_window_was_watched(server):
+    idle = (CPU_032 / "gqa-6mib_full-a.txt").read_text().replace(
+        f'vllm:kv_cache_usage_perc{{{MODEL}}} 0.9361702127659575', f'vllm:kv_cache_usage_perc{{{MODEL}}} 0.0')
+    assert "0.9361702127659575" not in idle
+    server.behaviour = ok(idle.encode())
+    h = Harness(server, flags={("forecast", "peak_window"): "2m"})
+    try:
+        h.scrape()
+        assert h.value("kvcache_recommendation_info", action="none", reason="insufficient_data") == 1.0
+        assert h.value("kvcache_suggested_kv_cache_memory_bytes") is None  # it would be below the 6 MiB in use
+        for _ in range(24):  # 2 minutes of 5 s scrapes with an empty cache
+            h.scrape(advance_s=5)
+        assert h.value("kvcache_recommendation_info", action="lower_kv_cache_memory_bytes",
+                       reason="peak_below_target") == 1.0
+        # one max_model_len (1024-token) request must still fit: 8 blocks + the null block
+        assert h.value("kvcache_suggested_kv_cache_memory_bytes") == 9 * 128 * 1024
+    finally:
+        h.close()

@@ -49,3 +49,22 @@ def test_quiet_on_steady_low():
     assert len(published) > 0.9 * len(trace.t)  # the forecast was there to fire, it did not
     assert bench.firings(bench.FORECAST_RULE, trace) == []
     assert bench.firings(bench.STATIC_RULE, trace) == []
+
+
+def test_the_bench_evaluates_the_rules_that_are_shipped():
+    """The validation figures describe alerts/kvcache.rules.yaml, not a copy that could drift."""
+    from pathlib import Path
+
+    import yaml
+
+    from sidecar.units import parse_duration
+
+    shipped = Path(__file__).resolve().parents[2] / "alerts" / "kvcache.rules.yaml"
+    rules = [r for g in yaml.safe_load(shipped.read_text())["groups"] for r in g["rules"] if "alert" in r]
+
+    def shipped_rule(name, severity):
+        (rule,) = [r for r in rules if r["alert"] == name and r["labels"]["severity"] == severity]
+        return rule["expr"], parse_duration(rule["for"])
+
+    assert (bench.FORECAST_RULE.expr, bench.FORECAST_RULE.for_s) == shipped_rule("KVCacheFullSoon", "critical")
+    assert (bench.STATIC_ALERT.expr, bench.STATIC_ALERT.for_s) == shipped_rule("KVCacheAlmostFull", "critical")

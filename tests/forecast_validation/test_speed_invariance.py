@@ -140,9 +140,7 @@ def test_same_gauges_at_speed_1_and_20(tmp_path: Path):
             f"  - {{name: slow, url: '{slow_url}', clock: simulated}}\n"
             f"  - {{name: fast, url: '{fast_url}', clock: simulated}}\n")
         config = load_config(str(cfg), env={})
-        # One daemon per target, as deployed (one sidecar per vLLM pod). One daemon with both
-        # targets would mix them: the forecast layer keys its demand series by (model_name,
-        # engine) only, and both simulators serve the same model name (reported to the lead).
+        # One daemon per target, as deployed (one sidecar per vLLM pod).
         sidecars = {t.name: Sidecar(replace(config, targets=(t,)), build_extenders(config))
                     for t in config.targets}
 
