@@ -8,19 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from faultserver import FaultServer, ok
+from faultserver import ok
 from harness import Harness
 from paths import CPU_032
 
 TINY = str(CPU_032 / "tiny-llama-gqa-bf16.config.json")
 KV = str(Path(sys.executable).with_name("kv-sidecar"))
-
-
-@pytest.fixture
-def server():
-    s = FaultServer()
-    yield s
-    s.stop()
 
 
 def harness(server, **model):

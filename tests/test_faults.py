@@ -18,20 +18,6 @@ FULL_A = (CPU_032 / "gqa-6mib_full-a.txt").read_bytes()
 FULL_B = (CPU_032 / "gqa-6mib_full-b.txt").read_bytes()
 
 
-@pytest.fixture
-def server():
-    s = FaultServer()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def h(server):
-    harness = Harness(server)
-    yield harness
-    harness.close()
-
-
 def test_error_counters_exist_at_zero_before_any_failure(h):
     for reason in REASONS:
         assert h.errors(reason) == 0.0

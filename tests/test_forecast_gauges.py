@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
-from faultserver import FaultServer, ok
+from faultserver import ok
 from harness import Harness
 from paths import CPU_032
 
 FULL_B = (CPU_032 / "gqa-6mib_full-b.txt").read_text()
 LOAD = (CPU_032 / "gqa-1gib_load.txt").read_text()
 MODEL = 'engine="0",model_name="models/tiny-llama-gqa-bf16"'
-
-
-@pytest.fixture
-def server():
-    s = FaultServer()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def h(server):
-    harness = Harness(server)
-    yield harness
-    harness.close()
 
 
 def test_waiting_requests_count_as_demand_when_the_cache_is_the_bottleneck(h, server):
