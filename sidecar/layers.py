@@ -1,7 +1,7 @@
 """Derivation layers on top of the base gauges: the capacity model (issue 4) and the forecast (issue 5).
 
-Each layer is an :data:`~sidecar.state.Extender`, called per (model_name,
-engine) after every good scrape with the key's history and the *sample* time,
+Each layer is an :data:`~sidecar.state.Extender`, called per (target,
+model_name, engine) after every good scrape with the key's history and the *sample* time,
 returning extra gauges. They read no clock and do no I/O (the model's
 config.json is read once, at start-up, by :func:`build_extenders`), so the
 forecast benchmark replays simulated time through exactly this code.
@@ -27,7 +27,6 @@ from .state import Extender
 log = logging.getLogger("kv_sidecar.layers")
 
 Key = tuple[str, str, str]  # (target, model_name, engine)
-History = "deque[tuple[float, Observation]]"
 
 #: cache_dtype label values that mean a 1-byte KV cache (vllm/config/cache.py CacheDType).
 _FP8 = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
@@ -209,14 +208,14 @@ class ForecastLayer:
         self.capacity = capacity
         self.th = config.thresholds
         self.fcfg = config.forecast
-        #: per key: (t, demand tokens) over the longest window read (trend and peak windows)
-        self._demand: dict[Key, deque[tuple[float, float]]] = {}  # over forecast.window (the trend)
+        #: per key: (t, demand tokens) over forecast.window, the trend's samples
+        self._demand: dict[Key, deque[tuple[float, float]]] = {}
         #: per key: the running maximum of demand over forecast.peak_window, as a monotonic queue
         #: (values decreasing from the left): the peak in O(1) per scrape instead of a scan of an hour.
         self._peaks: dict[Key, deque[tuple[float, float]]] = {}
         #: per key: the sample time the layer first saw it (advice to lower needs a whole peak window)
         self._first_seen: dict[Key, float] = {}
-        #: per key: (t, prompt_tokens counter) for restart detection
+        #: per key: sample times at which vLLM restarted (prompt_tokens counter went down)
         self._resets: dict[Key, list[float]] = {}
         self._last_counter: dict[Key, float] = {}
 

@@ -52,6 +52,8 @@ class TargetState:
     last_tick_monotonic: float | None = None
     #: reason of the current run of failures (None after a success): logs say a failure once, not every scrape
     failing_reason: str | None = None
+    #: (layer, key) whose exception was already logged: once each, not at every scrape
+    reported_layer_failures: set[tuple[str, Key]] = field(default_factory=set)
 
 
 #: Extension point for later layers (capacity model, forecast): called per key
@@ -102,14 +104,11 @@ def ingest_success(state: TargetState, scrape: EngineScrape, *, sample_time: flo
     )
 
 
-_reported: set[tuple[str, str, Key]] = set()
-
-
 def _log_layer_failure(state: TargetState, extend: object, key: Key) -> None:
     """Log a layer's exception once per target, layer and key (not at every scrape)."""
-    tag = (state.target.name, type(extend).__name__, key)
-    if tag not in _reported:
-        _reported.add(tag)
+    tag = (type(extend).__name__, key)
+    if tag not in state.reported_layer_failures:
+        state.reported_layer_failures.add(tag)
         log.exception("derivation layer %s failed target=%s model=%s engine=%s; its gauges are withheld",
                       type(extend).__name__, state.target.name, key[0], key[1])
 
