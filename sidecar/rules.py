@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Mapping
 import yaml
 
 from .thresholds import Thresholds
+from .units import prometheus_duration_seconds
 
 #: Grafana dashboard uids the alerts link to; the dashboards reuse them, so
 #: links in pages never break when a dashboard is re-imported.
@@ -60,18 +61,6 @@ ALERT_NAMES = (
     "KVCacheSidecarDown",
 )
 
-# Prometheus' duration syntax (model.ParseDuration): units in this order,
-# integers only. Anything else is rejected by `promtool check rules`.
-_PROM_DURATION_RE = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
-_PROM_DURATION_UNITS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
-
-
-def prometheus_duration_seconds(text: str) -> float:
-    """Seconds in a Prometheus duration such as ``"1h30m"``; ``ValueError`` if it is not one."""
-    m = _PROM_DURATION_RE.match(text) if isinstance(text, str) else None
-    if not m or not text:
-        raise ValueError(f"not a Prometheus duration: {text!r} (use e.g. 30s, 5m, 1h30m, 1d)")
-    return sum(int(g) * unit for g, unit in zip(m.groups(), _PROM_DURATION_UNITS) if g)
 
 
 @dataclass(frozen=True)

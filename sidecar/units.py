@@ -39,6 +39,21 @@ def parse_duration(value: object) -> float:
     return total
 
 
+# Prometheus' own duration syntax (model.ParseDuration): units in this order, integers only. Rule
+# files need exactly this (`promtool check rules` rejects "1.5m" or "30s1m"); the sidecar's own
+# settings accept the looser parse_duration above.
+_PROM_DURATION_RE = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
+_PROM_DURATION_UNITS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
+
+
+def prometheus_duration_seconds(text: str) -> float:
+    """Seconds in a Prometheus duration such as ``"1h30m"``; ``ValueError`` if it is not one."""
+    m = _PROM_DURATION_RE.match(text) if isinstance(text, str) else None
+    if not m or not text:
+        raise ValueError(f"not a Prometheus duration: {text!r} (use e.g. 30s, 5m, 1h30m, 1d)")
+    return sum(int(g) * unit for g, unit in zip(m.groups(), _PROM_DURATION_UNITS) if g)
+
+
 def format_duration(seconds: float) -> str:
     """The inverse of :func:`parse_duration` for display (``90`` -> ``"1m30s"``)."""
     if seconds < 1 and seconds > 0:

@@ -26,6 +26,7 @@ from .config import ModelSpec
 from .dtypes import dtype_bytes, served_dtype
 from .errors import CapacityError
 from .layout import KVLayout, get_pp_indices
+from ..units import parse_size
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -56,15 +57,6 @@ _GPU_ALIASES: dict[str, str] = {
     "3090": "RTX-3090", "RTX3090": "RTX-3090", "V100": "V100-16GB",
 }
 
-_UNITS: dict[str, int] = {
-    "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-}
-
-_MEMORY_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-
-
 def gpu_memory_bytes(name: str) -> int | None:
     """Total memory of a known GPU name (``H100-80GB``, ``a100 40gb``...), else None."""
     key = re.sub(r"[\s_]+", "-", name.strip().upper()).replace("NVIDIA-", "")
@@ -83,18 +75,17 @@ def parse_memory(text: str) -> int:
     known = gpu_memory_bytes(raw)
     if known is not None:
         return known
-    match = _MEMORY_RE.match(raw)
-    unit = match.group(2).lower() if match else ""
-    if not match or unit not in _UNITS and unit != "":
+    try:
+        value = parse_size(raw)
+    except ValueError:
         names = ", ".join(GPU_TOTAL_GIB)
         raise CapacityError(
             f"--gpu-memory: {raw!r} is not a size or a known GPU"
             f" (write 80GiB, 80GB = 80×10^9 bytes, or one of: {names})"
-        )
-    value = float(match.group(1)) * _UNITS.get(unit, 1)
+        ) from None
     if value <= 0:
         raise CapacityError(f"--gpu-memory: {raw!r} must be more than 0")
-    return int(value)
+    return value
 
 
 # ----------------------------------------------------------------- weights

@@ -42,9 +42,10 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 DEFAULT_MAX_MODEL_LEN = 2048
 
 
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division, as ``vllm.utils.math_utils.cdiv``."""
-    return -(-a // b)
+def cdiv(a: float, b: int) -> int:
+    """Ceiling division, as ``vllm.utils.math_utils.cdiv`` (``-(a // -b)``); ``a`` may be a float
+    (a mean request length), the result is a whole number of blocks."""
+    return int(-(-a // b))
 
 
 @dataclass(frozen=True)

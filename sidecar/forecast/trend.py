@@ -10,6 +10,8 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 
+from ..capacity.layout import cdiv  # noqa: F401  (one cdiv: vLLM's, re-exported here)
+
 #: Number of time segments the window is cut into for the upper envelope.
 #: Six segments of a 5-minute window are 50 s each: longer than the life of a
 #: typical request (the sawtooth period), short enough to follow a ramp.
@@ -216,11 +218,6 @@ def time_until(free_tokens: float, rate: float | None, *, block_size: int) -> fl
     if rate <= 0:
         return math.inf
     return max(0.0, free_tokens / rate)
-
-
-def cdiv(a: float, b: int) -> int:
-    """Ceiling division as vLLM's ``vllm.utils.math_utils.cdiv`` (``-(a // -b)``), for tokens → blocks."""
-    return int(-(a // -b))
 
 
 def mean_request_kv_tokens(mean_prompt_tokens: float, mean_generation_tokens: float) -> float:
