@@ -81,7 +81,9 @@ class ModelSettings:
 
 @dataclass(frozen=True)
 class ForecastSettings:
-    window_s: float = 600.0  # fill-rate trend window
+    window_s: float = 600.0  # the shortest fill-rate trend window
+    #: longer trend windows for slow ramps (sidecar.forecast.earliest_full); () = the window alone
+    long_windows_s: tuple[float, ...] = (1200.0, 2400.0)
     min_samples: int = 5
     min_span_s: float = 10.0
     #: minimum width of the trend's time slices (0 = window/6); see sidecar.forecast.fill_rate
@@ -89,6 +91,11 @@ class ForecastSettings:
     peak_window_s: float = 3600.0  # peak demand for the suggested utilization
     utilization_min: float = 0.5
     utilization_max: float = 0.95
+
+    @property
+    def windows_s(self) -> tuple[float, ...]:
+        """Every trend window, shortest first."""
+        return (self.window_s, *self.long_windows_s)
 
 
 @dataclass(frozen=True)
@@ -123,7 +130,8 @@ _SCHEMA: dict[str, tuple[str, ...] | None] = {
     "thresholds": ("watermark", "warning", "target_usage"),
     "model": ("config", "dtype", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory",
               "weights_memory", "activation_memory", "non_torch_memory", "cudagraph_memory"),
-    "forecast": ("window", "min_samples", "min_span", "segment", "peak_window", "utilization_min", "utilization_max"),
+    "forecast": ("window", "long_windows", "min_samples", "min_span", "segment", "peak_window", "utilization_min",
+                 "utilization_max"),
     "alerts": None,  # validated by sidecar.rules
 }
 _TARGET_KEYS = ("name", "url", "engine", "timeout", "body_size_limit", "bearer_token_file", "tls", "clock")
@@ -315,6 +323,7 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
     fc = section("forecast")
     forecast = ForecastSettings(
         window_s=duration("forecast.window", fc.get("window"), 600.0),
+        long_windows_s=_long_windows(fc.get("long_windows"), duration, problems),
         min_samples=number("forecast.min_samples", fc.get("min_samples"), 5, int),
         min_span_s=duration("forecast.min_span", fc.get("min_span"), 10.0),
         segment_s=0.0 if fc.get("segment") in (None, 0, "0", "0s") else duration("forecast.segment", fc.get("segment"), 0.0),
@@ -322,6 +331,9 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
         utilization_min=number("forecast.utilization_min", fc.get("utilization_min"), 0.5),
         utilization_max=number("forecast.utilization_max", fc.get("utilization_max"), 0.95),
     )
+    if any(w <= forecast.window_s for w in forecast.long_windows_s):
+        problems.append(f"forecast.long_windows: each must be longer than forecast.window "
+                        f"({format_duration(forecast.window_s)}), got {fc.get('long_windows')!r}")
     if not 0 < forecast.utilization_min < forecast.utilization_max <= 1:
         problems.append("forecast.utilization_min/utilization_max: need 0 < min < max <= 1 "
                         f"(got {forecast.utilization_min}, {forecast.utilization_max})")
@@ -349,6 +361,19 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
         derive_window_s=window, log_level=level, log_format=fmt, thresholds=thresholds, model=model,
         forecast=forecast, alerts=alerts,
     )
+
+
+def _long_windows(value: Any, duration, problems: list[str]) -> tuple[float, ...]:
+    """``forecast.long_windows``: a YAML list of durations or a comma-separated string; ``[]`` turns them off."""
+    if value is None:
+        return ForecastSettings.long_windows_s
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list):
+        problems.append(f"forecast.long_windows: must be a list of durations such as [20m, 40m], got {value!r}")
+        return ForecastSettings.long_windows_s
+    windows = [duration(f"forecast.long_windows[{i}]", item.strip() if isinstance(item, str) else item, 0.0)
+               for i, item in enumerate(items) if not (isinstance(item, str) and not item.strip())]
+    return tuple(sorted(set(w for w in windows if w > 0)))
 
 
 def _model(m: dict[str, Any], problems: list[str], number) -> ModelSettings:

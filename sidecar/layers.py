@@ -262,21 +262,16 @@ class ForecastLayer:
             out["kvcache_recommendation_info"] = {("none", "engine_asleep"): 1.0}
             return out
 
+        # The trend over each window; the one that runs the cache out first wins (docs/forecast.md).
         trend_points = self._trend_points(key, series, now)
-        rate = fc.fill_rate(trend_points, min_samples=self.fcfg.min_samples, min_span_s=self.fcfg.min_span_s,
-                            reset_times=self._resets.get(key, ()), segment_s=self.fcfg.segment_s or None)
-        free = d.free_tokens if d.free_tokens is not None else 0
-        headroom = d.watermark_headroom_tokens or 0
-        if rate is not None:
-            out["kvcache_fill_rate_tokens_per_second"] = rate
-            # Measure from where the demand's peaks stand now, not from this scrape's value, which
-            # may sit in a trough of the sawtooth (docs/forecast.md, "time until full").
-            level = fc.envelope_level(trend_points, rate, now, segment_s=self.fcfg.segment_s or None)
-            if level is not None and level > demand:
-                free = max(0.0, free - (level - demand))
-                headroom = max(0.0, headroom - (level - demand))
-        until_full = fc.time_until(free, rate, block_size=bs)
-        until_mark = fc.time_until(headroom, rate, block_size=bs)
+        segment_s = self.fcfg.segment_s or None
+        trends = [fc.trend_over(trend_points, now, w, min_samples=self.fcfg.min_samples, min_span_s=self.fcfg.min_span_s,
+                           segment_s=segment_s) for w in self.fcfg.windows_s]
+        best, until_full, until_mark = fc.earliest_full(
+            trends, demand=demand, free_tokens=d.free_tokens if d.free_tokens is not None else 0,
+            headroom_tokens=d.watermark_headroom_tokens or 0, block_size=bs)
+        if best is not None:
+            out["kvcache_fill_rate_tokens_per_second"] = best.rate
         if until_full is not None:
             out["kvcache_time_until_full_seconds"] = until_full
         if until_mark is not None:
@@ -306,16 +301,16 @@ class ForecastLayer:
             self._resets.pop(key, None)
             self._last_counter.pop(key, None)
         self._first_seen.setdefault(key, now)
-        if not series or now > series[-1][0]:
+        if (not series or now > series[-1][0]) and math.isfinite(demand):
             series.append((now, demand))
             while peaks and peaks[-1][1] <= demand:
                 peaks.pop()
             peaks.append((now, demand))
-        while series and series[0][0] < now - self.fcfg.window_s:
+        while series and series[0][0] < now - self.fcfg.windows_s[-1]:
             series.popleft()
         while peaks and peaks[0][0] < now - self.fcfg.peak_window_s:
             peaks.popleft()
-        keep = max(self.fcfg.window_s, self.fcfg.peak_window_s)
+        keep = max(self.fcfg.windows_s[-1], self.fcfg.peak_window_s)
         counter = obs.prompt_tokens
         if counter is not None:
             last = self._last_counter.get(key)

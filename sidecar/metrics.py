@@ -97,8 +97,9 @@ CATALOGUE: tuple[MetricDoc, ...] = (
               "is not KV pressure).",
               "Above the usable capacity: the cache is the bottleneck; see the recommendation."),
     MetricDoc("kvcache_fill_rate_tokens_per_second", "gauge", "tokens/s", KEY,
-              "Trend of kvcache_demand_tokens over forecast.window (Theil-Sen slope of the upper envelope; "
-              "published after 5 samples spanning 10s).",
+              "Trend of kvcache_demand_tokens (Theil-Sen slope of the upper envelope) over forecast.window or "
+              "one of forecast.long_windows, whichever runs the cache out first; published after 5 samples "
+              "spanning 10s.",
               "Positive and steady: the cache is filling; see time until full."),
     MetricDoc("kvcache_time_until_full_seconds", "gauge", "seconds", KEY,
               "Tokens free above where the demand's peaks stand now (the trend of its upper envelope) / fill "

@@ -87,6 +87,12 @@ BAD = {
     "port-out-of-range": ("web: {listen_address: ':70000'}\n", "web.listen_address: port 70000 is out of range"),
     "forecast-window-too-short": ("forecast: {window: 5s, min_span: 1h}\n",
                                   "forecast.window: 5s cannot hold forecast.min_samples"),
+    "long-window-shorter-than-window": ("forecast: {window: 10m, long_windows: [5m, 40m]}\n",
+                                        "forecast.long_windows: each must be longer than forecast.window (10m)"),
+    "long-windows-not-a-list": ("forecast: {long_windows: 5}\n",
+                                "forecast.long_windows: must be a list of durations such as [20m, 40m]"),
+    "long-window-not-a-duration": ("forecast: {long_windows: [20m, soon]}\n",
+                                   "forecast.long_windows[1]: not a duration: 'soon'"),
     "credentials-in-url": ("targets:\n  - url: 'http://admin:s3cr3t@vllm:8000/metrics'\n",
                            "targets[0].url: credentials in the URL would end up in labels and logs"),
     "alerts-typo": ("alerts:\n  warnng_for: 5m\n", "alerts.warnng_for: unknown key (did you mean 'warning_for'?)"),
@@ -104,6 +110,16 @@ def test_bad_config_exits_2_naming_the_field(tmp_path, name):
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert expected in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_long_windows_take_a_list_or_a_comma_separated_string_and_can_be_turned_off(tmp_path):
+    f = tmp_path / "fc.yaml"
+    f.write_text("targets: [http://127.0.0.1:8000/metrics]\n")
+    assert load_config(str(f), env={}).forecast.windows_s == (600.0, 1200.0, 2400.0)  # the defaults
+    for value, expected in (("[40m, 20m]", (600.0, 1200.0, 2400.0)), ("'30m, 1h'", (600.0, 1800.0, 3600.0)),
+                            ("[]", (600.0,)), ("''", (600.0,))):
+        f.write_text(f"targets: [http://127.0.0.1:8000/metrics]\nforecast: {{long_windows: {value}}}\n")
+        assert load_config(str(f), env={}).forecast.windows_s == expected, value
 
 
 def test_every_problem_is_reported_at_once(tmp_path):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from faultserver import ok
 from harness import Harness
 from paths import CPU_032
+from synthetic import slow_ramp
 
 FULL_B = (CPU_032 / "gqa-6mib_full-b.txt").read_text()
 LOAD = (CPU_032 / "gqa-1gib_load.txt").read_text()
@@ -86,3 +89,29 @@ def test_no_advice_to_lower_memory_before_a_whole_peak_window_was_watched(server
         assert h.value("kvcache_suggested_kv_cache_memory_bytes") == 9 * 128 * 1024
     finally:
         h.close()
+
+
+def test_a_slow_ramp_is_caught_by_the_long_windows_that_the_short_one_reads_as_noise(server):
+    # synthetic.slow_ramp (tests/forecast/test_forecast_windows.py) in blocks of the 1 GiB capture (8191 usable
+    # blocks of 128): 1000 + t blocks, plus 500 at t = 100 b + 50 in odd b, usage at most 0.48.
+    usage_line = f"vllm:kv_cache_usage_perc{{{MODEL}}} 0.05469417653522157"
+    assert usage_line in LOAD
+    pages = [LOAD.replace(usage_line, f"vllm:kv_cache_usage_perc{{{MODEL}}} {blocks / 8191!r}").encode()
+             for _, blocks in slow_ramp(2400)]
+    results = {}
+    for name, flags in (("defaults", None), ("window alone", {("forecast", "long_windows"): ""})):
+        h = Harness(server, flags=flags)
+        try:
+            for page in pages:
+                server.behaviour = ok(page)
+                h.scrape(advance_s=5)
+            assert h.value("kvcache_used_tokens") == 3400 * 128
+            results[name] = (h.value("kvcache_fill_rate_tokens_per_second"),
+                             h.value("kvcache_time_until_full_seconds"))
+        finally:
+            h.close()
+    assert results["window alone"] == (0.0, float("inf"))
+    # (8191 usable - 3400 used - 500 the peaks already reach) blocks at one block (128 tokens) a second
+    rate, until_full = results["defaults"]
+    assert rate == pytest.approx(128.0)
+    assert until_full == pytest.approx(8191 - 3400 - 500)

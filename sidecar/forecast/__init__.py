@@ -1,6 +1,7 @@
 """Forecasts and capacity advice: pure functions over plain numbers (no clock, no I/O).
 
-- ``trend``: KV demand, its fill rate (Theil–Sen slope of the upper envelope), time until full.
+- ``trend``: KV demand, its fill rate (Theil–Sen slope of the upper envelope) over several windows,
+  time until full (the earliest window wins).
 - ``histogram``: window mean/quantile of Prometheus cumulative histograms (reset-safe).
 - ``sizing``: requests that fit, suggested gpu_memory_utilization / kv_cache_memory_bytes,
   shortfall, replicas and the cheaper levers (fp8 KV, fewer KV heads, max_model_len).
@@ -26,14 +27,17 @@ from .sizing import (
     suggested_replicas,
 )
 from .trend import (
+    Trend,
     cdiv,
     demand_tokens,
     detect_counter_resets,
+    earliest_full,
     envelope_level,
     fill_rate,
     mean_request_kv_tokens,
     theil_sen_slope,
     time_until,
+    trend_over,
     upper_envelope,
 )
 
@@ -44,6 +48,6 @@ __all__ = [
     "infer_gpu_memory", "max_concurrent_requests", "max_model_len_for_concurrency",
     "min_capacity_tokens_for_max_model_len", "required_capacity_tokens", "suggest_gpu_memory_utilization",
     "suggest_kv_cache_memory_bytes", "suggested_replicas",
-    "cdiv", "demand_tokens", "detect_counter_resets", "envelope_level", "fill_rate", "mean_request_kv_tokens",
-    "theil_sen_slope", "time_until", "upper_envelope",
+    "Trend", "cdiv", "demand_tokens", "detect_counter_resets", "earliest_full", "envelope_level", "fill_rate",
+    "mean_request_kv_tokens", "theil_sen_slope", "time_until", "trend_over", "upper_envelope",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from ..capacity.layout import cdiv  # noqa: F401  (one cdiv: vLLM's, re-exported here)
 
@@ -51,22 +52,23 @@ def upper_envelope(
     ``segments`` points, the points are returned as they are. Empty slices
     (missed scrapes) are skipped.
     """
-    pts = sorted(points)
+    pts = sorted(points)  # already sorted in the daemon: timsort checks that in one pass
     if not pts:
         return []
     if len(pts) <= segments and not segment_s:
-        return list(pts)
+        return pts
     t0, t_end = pts[0][0], pts[-1][0]
     width = max((t_end - t0) / segments, segment_s or 0.0)
     if width <= 0:
         return [max(pts, key=lambda p: (p[1], p[0]))]
     last = math.ceil((t_end - t0) / width - 1e-9) - 1
-    best: dict[int, tuple[float, float]] = {}
-    for t, y in pts:
-        k = max(0, min(int((t - t0) / width), last))
-        if k not in best or y >= best[k][1]:
-            best[k] = (t, y)
-    return [best[k] for k in sorted(best)]
+    best: list[tuple[float, float] | None] = [None] * (last + 1)
+    for p in pts:  # one pass; this runs at every scrape over up to forecast.long_windows of samples
+        k = min(int((p[0] - t0) / width), last)
+        kept = best[k]
+        if kept is None or p[1] >= kept[1]:
+            best[k] = p
+    return [p for p in best if p is not None]
 
 
 def detect_counter_resets(samples: Sequence[tuple[float, float]]) -> list[float]:
@@ -192,6 +194,67 @@ def envelope_level(samples: Sequence[tuple[float, float]], rate: float, at: floa
     if not envelope or not math.isfinite(rate):
         return None
     return statistics.median(y + rate * (at - t) for t, y in envelope)
+
+
+@dataclass(frozen=True)
+class Trend:
+    """The demand's trend over one window: its fill rate and where its peaks stand now."""
+
+    window_s: float
+    #: tokens/s, as :func:`fill_rate` (0 when the peaks do not rise consistently)
+    rate: float
+    #: :func:`envelope_level` at the evaluation time, tokens
+    level: float
+
+
+def trend_over(points: Sequence[tuple[float, float]], now: float, window_s: float, *, min_samples: int = 5,
+          min_span_s: float = 10.0, segments: int = DEFAULT_SEGMENTS, segment_s: float | None = None) -> Trend | None:
+    """:func:`fill_rate` and :func:`envelope_level` over the samples of ``(now − window_s, now]``.
+
+    ``points`` are the demand samples since the last restart, sorted by time and
+    finite (the forecast layer records them so). ``None`` while the window has
+    too few samples (:func:`fill_rate`).
+    """
+    pts = [p for p in points if p[0] >= now - window_s]
+    rate = fill_rate(pts, min_samples=min_samples, min_span_s=min_span_s, segments=segments, segment_s=segment_s)
+    if rate is None:
+        return None
+    level = envelope_level(pts, rate, now, segments=segments, segment_s=segment_s)
+    return None if level is None else Trend(window_s, rate, level)
+
+
+def earliest_full(trends: Iterable[Trend | None], *, demand: float, free_tokens: float, headroom_tokens: float,
+                  block_size: int) -> tuple[Trend | None, float | None, float | None]:
+    """The trend that runs the cache out first, with its time until full and until the watermark.
+
+    One window cannot serve every ramp. The peaks of a ramp over 10-90 minutes
+    rise by a few hundredths of the cache per minute against a noise of about
+    0.1 (the library of docs/forecast-validation.md): over a short window
+    (10 minutes) a slow ramp looks like noise and the Mann–Kendall gate of
+    :func:`fill_rate` rightly rejects it, while over a long one (40 minutes)
+    the same rise is consistent; a fast ramp is over before a long window sees
+    it. So the trend is measured over several windows, each gated on its own,
+    and the earliest time until full wins (ties: the first, i.e. shortest,
+    window). Each window's time is measured from its own peak level (see
+    :func:`time_until` and :func:`envelope_level`): ``free − (level − demand)``
+    tokens are left when the level is above the current demand.
+
+    Returns ``(trend, until_full, until_watermark)``; ``trend`` is ``None`` when
+    no window has a trend yet, and then the times are only known when the cache
+    is already full (0) (:func:`time_until`).
+    """
+    best: tuple[Trend | None, float | None, float | None] = (
+        None, time_until(free_tokens, None, block_size=block_size),
+        time_until(headroom_tokens, None, block_size=block_size))
+    for tr in trends:
+        if tr is None:
+            continue
+        above = max(0.0, tr.level - demand)
+        full = time_until(max(0.0, free_tokens - above), tr.rate, block_size=block_size)
+        mark = time_until(max(0.0, headroom_tokens - above), tr.rate, block_size=block_size)
+        if best[0] is None or (full is not None and (best[1] is None or full < best[1])):
+            best = (tr, full, mark)
+    return best
 
 
 def time_until(free_tokens: float, rate: float | None, *, block_size: int) -> float | None:

