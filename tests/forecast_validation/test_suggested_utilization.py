@@ -31,9 +31,10 @@ TARGET, TOLERANCE = 0.75, 0.05
 pytestmark = pytest.mark.timeout(120)
 
 
-def _run(sim: Simulator) -> tuple[Replay, list[tuple[float, float, float]]]:
+def _run(sim: Simulator, peak_window: str | None = None) -> tuple[Replay, list[tuple[float, float, float]]]:
     """Replay the whole scenario; (t, usage, demand) at every 5-s scrape."""
-    replay = Replay(sim, replay_config(model_config=str(MODEL), gpu_memory="80GiB", target_usage=TARGET))
+    replay = Replay(sim, replay_config(model_config=str(MODEL), gpu_memory="80GiB", target_usage=TARGET,
+                                       peak_window=peak_window))
     rows: list[tuple[float, float, float]] = []
     replay.run_until(LIBRARY[sim.scenario.name].duration_s, every=5.0, on_sample=lambda r: rows.append(
         (r.now, r.gauge("kvcache_usage_ratio"), r.gauge("kvcache_demand_tokens"))))
@@ -78,20 +79,37 @@ def test_applied_suggestion_puts_the_peak_at_target_usage():
     assert again.sim.preemptions == 0
 
 
-def test_heavy_saturation_overshoots_but_never_underprovisions():
-    """burst-3x-5m (340 preemptions): the queue built while thrashing inflates the peak demand.
+def test_heavy_saturation_overshoots_once_then_the_advice_converges_to_target_usage():
+    """burst-3x-5m (hundreds of preemptions): two rounds of advice put its peak at 0.75 ± 0.05.
 
-    Measured: u* = 0.936, and at it the burst peaks at about 0.34, far below 0.75 — the known limit
-    of counting waiting requests at their mean size (docs/forecast-validation.md). What must still
-    hold: following the advice removes every preemption and the peak stays below the warning.
+    Round 1, thrashing: the queue built while thrashing inflates the peak demand (waiting requests
+    count at their mean size, and recomputing preempted requests makes the queue grow faster than
+    the load), so u* is generous: measured 0.936, and at it the burst peaks at about 0.34. Following
+    it still removes every preemption and keeps the peak under the warning.
+    Round 2, not thrashing: the demand is just what is held, and once a whole ``forecast.peak_window``
+    has been watched (30 simulated minutes here, so the 35-minute run holds one) the sidecar
+    advises to lower; at that u* the same burst peaks at the target.
     """
-    first, rows = _run(Simulator(SERVER.replace(gpu_memory_utilization=0.42), scenario="burst-3x-5m", seed=1))
+    sim = Simulator(SERVER.replace(gpu_memory_utilization=0.42), scenario="burst-3x-5m", seed=1)
+    first, rows = _run(sim, peak_window="30m")
     assert first.sim.preemptions > 100
-    u = first.gauge("kvcache_suggested_gpu_memory_utilization", basis="configured")
-    assert u is not None and u > 0.42
-    again, rows2 = _run(first.sim.with_gpu_memory_utilization(u))
-    peak = max(x for _, x, _ in rows2)
-    print(f"\nburst-3x-5m seed 1: u*={u:.4f} -> peak usage {peak:.3f}, {again.sim.preemptions} preemptions "
-          f"(was {first.sim.preemptions})")
-    assert again.sim.preemptions == 0
-    assert peak <= TARGET + TOLERANCE
+    u1 = first.gauge("kvcache_suggested_gpu_memory_utilization", basis="configured")
+    assert u1 is not None and u1 > 0.42
+    second, rows2 = _run(first.sim.with_gpu_memory_utilization(u1), peak_window="30m")
+    peak2 = max(x for _, x, _ in rows2)
+    assert second.sim.preemptions == 0
+    assert peak2 <= TARGET + TOLERANCE
+
+    u2 = second.gauge("kvcache_suggested_gpu_memory_utilization", basis="configured")
+    assert second.gauge("kvcache_recommendation_info", action="lower_gpu_memory_utilization",
+                        reason="peak_below_target") == 1.0
+    assert u2 is not None and 0.5 < u2 < u1, (u1, u2)  # inside the clamp range: a real answer
+    third, rows3 = _run(second.sim.with_gpu_memory_utilization(u2), peak_window="30m")
+    peak_t = max(rows2, key=lambda r: r[2])[0]  # the burst's peak, as round 2 saw it
+    at_peak = dict((t, usage) for t, usage, _ in rows3)[peak_t]
+    print(f"\nburst-3x-5m seed 1: {first.sim.preemptions} preemptions at u=0.42; u1*={u1:.4f} -> peak "
+          f"{peak2:.3f}, 0 preemptions; u2*={u2:.4f} -> usage at the peak {at_peak:.3f}, max "
+          f"{max(x for _, x, _ in rows3):.3f}, {third.sim.preemptions} preemptions")
+    assert abs(at_peak - TARGET) <= TOLERANCE, at_peak
+    assert max(x for _, x, _ in rows3) <= TARGET + TOLERANCE
+    assert third.sim.preemptions == 0
