@@ -41,6 +41,18 @@ def _run(sim: Simulator, peak_window: str | None = None) -> tuple[Replay, list[t
     return replay, rows
 
 
+def _check_peak_at_target(label: str, rows_before, after: Replay, rows_after) -> None:
+    """At the workload's peak (highest demand before the change), usage after it is target ± tolerance."""
+    peak_t = max(rows_before, key=lambda r: r[2])[0]
+    at_peak = dict((t, usage) for t, usage, _ in rows_after)[peak_t]
+    top = max(x for _, x, _ in rows_after)
+    print(f"\n{label} -> {after.sim.num_blocks} blocks: usage at the peak (t={peak_t:.0f}s) {at_peak:.3f}, "
+          f"max {top:.3f}, {after.sim.preemptions} preemptions")
+    assert abs(at_peak - TARGET) <= TOLERANCE, at_peak
+    assert top <= TARGET + TOLERANCE
+    assert after.sim.preemptions == 0
+
+
 @pytest.fixture(autouse=True)
 def _quiet_capacity_warning():
     # The capacity layer rightly warns that the simulator's activation/non-torch memory differs
@@ -67,16 +79,9 @@ def test_applied_suggestion_puts_the_peak_at_target_usage():
     assert u is not None and 0.5 < u < 0.95, u  # inside the clamp range: a real answer, not a bound
     assert first.gauge("kvcache_recommendation_info", action="raise_gpu_memory_utilization",
                        reason="peak_above_target") == 1.0
-    peak_t = max(rows, key=lambda r: r[2])[0]  # the workload's peak: highest demand
-
     again, rows2 = _run(first.sim.with_gpu_memory_utilization(u))
-    at_peak = dict((t, usage) for t, usage, _ in rows2)[peak_t]
-    print(f"\nsteady-high seed 1: {SERVER.num_blocks} blocks at u=0.43, {first.sim.preemptions} preemptions, "
-          f"peak demand at t={peak_t:.0f}s; suggested u*={u:.4f} -> {again.sim.num_blocks} blocks: usage at "
-          f"the peak {at_peak:.3f}, max {max(x for _, x, _ in rows2):.3f}, {again.sim.preemptions} preemptions")
-    assert abs(at_peak - TARGET) <= TOLERANCE, at_peak
-    assert max(x for _, x, _ in rows2) <= TARGET + TOLERANCE
-    assert again.sim.preemptions == 0
+    _check_peak_at_target(f"steady-high seed 1: {SERVER.num_blocks} blocks at u=0.43, {first.sim.preemptions} "
+                          f"preemptions; suggested u*={u:.4f}", rows, again, rows2)
 
 
 def test_heavy_saturation_overshoots_once_then_the_advice_converges_to_target_usage():
@@ -105,11 +110,5 @@ def test_heavy_saturation_overshoots_once_then_the_advice_converges_to_target_us
                         reason="peak_below_target") == 1.0
     assert u2 is not None and 0.5 < u2 < u1, (u1, u2)  # inside the clamp range: a real answer
     third, rows3 = _run(second.sim.with_gpu_memory_utilization(u2), peak_window="30m")
-    peak_t = max(rows2, key=lambda r: r[2])[0]  # the burst's peak, as round 2 saw it
-    at_peak = dict((t, usage) for t, usage, _ in rows3)[peak_t]
-    print(f"\nburst-3x-5m seed 1: {first.sim.preemptions} preemptions at u=0.42; u1*={u1:.4f} -> peak "
-          f"{peak2:.3f}, 0 preemptions; u2*={u2:.4f} -> usage at the peak {at_peak:.3f}, max "
-          f"{max(x for _, x, _ in rows3):.3f}, {third.sim.preemptions} preemptions")
-    assert abs(at_peak - TARGET) <= TOLERANCE, at_peak
-    assert max(x for _, x, _ in rows3) <= TARGET + TOLERANCE
-    assert third.sim.preemptions == 0
+    _check_peak_at_target(f"burst-3x-5m seed 1: {first.sim.preemptions} preemptions at u=0.42; u1*={u1:.4f} -> "
+                          f"peak {peak2:.3f}, 0 preemptions; u2*={u2:.4f}", rows2, third, rows3)
