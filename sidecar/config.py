@@ -86,7 +86,7 @@ class ForecastSettings:
     long_windows_s: tuple[float, ...] = (1200.0, 2400.0)
     min_samples: int = 5
     min_span_s: float = 10.0
-    #: minimum width of the trend's time slices (0 = window/6); see sidecar.forecast.fill_rate
+    #: minimum width of the trend's time slices (0 = each window / 6); see sidecar.forecast.fill_rate
     segment_s: float = 0.0
     peak_window_s: float = 3600.0  # peak demand for the suggested utilization
     utilization_min: float = 0.5

@@ -208,7 +208,7 @@ class ForecastLayer:
         self.capacity = capacity
         self.th = config.thresholds
         self.fcfg = config.forecast
-        #: per key: (t, demand tokens) over forecast.window, the trend's samples
+        #: per key: (t, demand tokens) over the longest trend window (forecast.long_windows), the trend's samples
         self._demand: dict[Key, deque[tuple[float, float]]] = {}
         #: per key: the running maximum of demand over forecast.peak_window, as a monotonic queue
         #: (values decreasing from the left): the peak in O(1) per scrape instead of a scan of an hour.
@@ -264,9 +264,9 @@ class ForecastLayer:
 
         # The trend over each window; the one that runs the cache out first wins (docs/forecast.md).
         trend_points = self._trend_points(key, series, now)
-        segment_s = self.fcfg.segment_s or None
-        trends = [fc.trend_over(trend_points, now, w, min_samples=self.fcfg.min_samples, min_span_s=self.fcfg.min_span_s,
-                           segment_s=segment_s) for w in self.fcfg.windows_s]
+        trends = [fc.trend_over(trend_points, now, w, min_samples=self.fcfg.min_samples,
+                                min_span_s=self.fcfg.min_span_s, segment_s=self.fcfg.segment_s or None)
+                  for w in self.fcfg.windows_s]
         best, until_full, until_mark = fc.earliest_full(
             trends, demand=demand, free_tokens=d.free_tokens if d.free_tokens is not None else 0,
             headroom_tokens=d.watermark_headroom_tokens or 0, block_size=bs)
@@ -282,7 +282,7 @@ class ForecastLayer:
         return out
 
     def _trend_points(self, key: Key, series, now: float) -> list[tuple[float, float]]:
-        """The window's demand samples since the last vLLM restart (the same ones fill_rate reads)."""
+        """The demand samples of the longest trend window since the last vLLM restart."""
         since = max([t for t in self._resets.get(key, ()) if t <= now], default=-math.inf)
         return [(t, v) for t, v in series if t >= since]
 
