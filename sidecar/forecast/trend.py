@@ -208,8 +208,9 @@ class Trend:
 
 
 def trend_over(points: Sequence[tuple[float, float]], now: float, window_s: float, *, min_samples: int = 5,
-          min_span_s: float = 10.0, segments: int = DEFAULT_SEGMENTS, segment_s: float | None = None) -> Trend | None:
-    """:func:`fill_rate` and :func:`envelope_level` over the samples of ``(now − window_s, now]``.
+               min_span_s: float = 10.0, segments: int = DEFAULT_SEGMENTS,
+               segment_s: float | None = None) -> Trend | None:
+    """:func:`fill_rate` and :func:`envelope_level` over the samples of ``[now − window_s, now]``.
 
     ``points`` are the demand samples since the last restart, sorted by time and
     finite (the forecast layer records them so). ``None`` while the window has
