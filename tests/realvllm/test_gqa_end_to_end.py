@@ -56,19 +56,17 @@ def test_capacity(gqa_server: VllmServer, gqa_sidecar: Sidecar, figures):
     assert page.value("kvcache_capacity_tokens", **_labels(gqa_server)) == log_tokens
 
 
-def _bracket(server: VllmServer, sidecar: Sidecar) -> tuple[float, MetricsPage, float, float]:
-    """vLLM's usage gauge read just before and just after one sidecar scrape, and that scrape's page.
+def _bracket(server: VllmServer, sidecar: Sidecar) -> tuple[MetricsPage, MetricsPage, MetricsPage, float]:
+    """vLLM's page read just before and just after one sidecar scrape, and that scrape's page.
 
-    Returns (usage before, sidecar page, usage after, seconds between the two vLLM reads). The page
+    Returns (vLLM before, sidecar page, vLLM after, seconds between the two vLLM reads). The page
     accepted is the first whose scrape began after the "before" response arrived, and "after" is
     read once that page is seen, so the scrape lies inside [before, after].
     """
     before_text, before_at = fetch_text(server.metrics_url)
     page = sidecar.wait_for_scrape_after(before_at, timeout=20.0, poll=0.05)
     after_text, after_at = fetch_text(server.metrics_url)
-    before = MetricsPage(before_text, before_at).value("vllm:kv_cache_usage_perc")
-    after = MetricsPage(after_text, after_at).value("vllm:kv_cache_usage_perc")
-    return before, page, after, after_at - before_at
+    return MetricsPage(before_text, before_at), page, MetricsPage(after_text, after_at), after_at - before_at
 
 
 def _wait_saturated(server: VllmServer, driver: LoadDriver, timeout: float = 90.0) -> None:
@@ -135,7 +133,8 @@ def test_saturation(gqa_server: VllmServer, gqa_sidecar: Sidecar, figures):
     assert not driver.errors, driver.errors[:5]
 
     readings = []
-    for before, page, after, _ in brackets:
+    for before_page, page, after_page, _ in brackets:
+        before, after = (p.value("vllm:kv_cache_usage_perc") for p in (before_page, after_page))
         ratio = page.value("kvcache_usage_ratio", **labels)
         readings.append((before, ratio, after))
         assert min(before, after) - tolerance <= ratio <= max(before, after) + tolerance, (
@@ -147,9 +146,16 @@ def test_saturation(gqa_server: VllmServer, gqa_sidecar: Sidecar, figures):
         tuple(round(x, 3) for x in r) for r in readings]
     figures["gqa bracket widths (s)"] = [round(b[3], 2) for b in brackets]
 
-    waiting = [b[1].value("kvcache_requests_waiting", reason="capacity", **labels) for b in brackets]
+    # Requests waiting for KV: the sidecar's count is vLLM's at the scrape (frozen, so before = after).
+    waiting = []
+    for before_page, page, after_page, _ in brackets:
+        vllm_waiting = [p.value("vllm:num_requests_waiting_by_reason", reason="capacity")
+                        for p in (before_page, after_page)]
+        sidecar_waiting = page.value("kvcache_requests_waiting", reason="capacity", **labels)
+        assert min(vllm_waiting) <= sidecar_waiting <= max(vllm_waiting), (sidecar_waiting, vllm_waiting)
+        waiting.append(sidecar_waiting)
     figures["gqa sidecar waiting{capacity} while saturated"] = waiting
-    assert all(w > 0 for w in waiting), waiting
+    assert max(waiting) > 0, waiting  # a saturated cache with requests queued for it
 
     preemptions = [b[1].value("kvcache_preemptions_total", **labels) for b in brackets]
     figures["gqa sidecar preemptions_total per bracket"] = preemptions
