@@ -112,11 +112,13 @@ def config_from_args(args: argparse.Namespace):
     return load_config(getattr(args, "config_file", None), flags=flags, flag_targets=getattr(args, "target", None))
 
 
-def print_config_errors(e: ConfigError) -> None:
+def print_config_errors(e: ConfigError, file: str | None = None) -> None:
+    """Every problem on its own line, after the file it is in (``file`` when the error does not say)."""
+    source = file if e.source == "config" and file else e.source
     print(f"kv-sidecar: invalid configuration ({len(e.problems)} problem{'s' if len(e.problems) > 1 else ''}):",
           file=sys.stderr)
     for p in e.problems:
-        print(f"  {e.source}: {p}", file=sys.stderr)
+        print(f"  {source}: {p}", file=sys.stderr)
 
 
 def extenders_for(config):
@@ -130,7 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         extenders = extenders_for(config)
     except ConfigError as e:
-        print_config_errors(e)
+        print_config_errors(e, getattr(args, "config_file", None))
         return 2
     setup_logging(config.log_level, config.log_format)
     from .daemon import serve
@@ -147,7 +149,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         config = load_config(args.file, env={}, flags={})  # the file alone, whatever this shell exports
         extenders_for(config)
     except ConfigError as e:
-        print_config_errors(e)
+        print_config_errors(e, args.file)
         return 2
     print(f"{args.file}: ok ({len(config.targets)} target{'s' if len(config.targets) != 1 else ''})")
     return 0
@@ -168,9 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_flags(run)
     run.set_defaults(func=cmd_run)
     check = sub.add_parser("check-config", help="validate a configuration file and exit (2 when invalid)")
-    check.add_argument("file", metavar="FILE")
+    check.add_argument("file", metavar="FILE", help="the YAML file `kv-sidecar run --config.file` would read")
     check.set_defaults(func=cmd_check_config)
-    docs = sub.add_parser("docs", help="print the metric table (Markdown) the README carries")
+    docs = sub.add_parser("docs", help="print the metric table (Markdown) the README carries",
+                          description="Print every exported metric with its type, unit, labels, meaning and "
+                                      "what to do when it moves, as the Markdown table of the README.")
     docs.set_defaults(func=cmd_docs)
     for module in PLUGGED:
         try:

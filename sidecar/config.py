@@ -164,7 +164,7 @@ def read_yaml(path: str) -> dict[str, Any]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
-        raise ConfigError([f"cannot read the file: {e.strerror or e} (check --config.file)"], path) from None
+        raise ConfigError([f"cannot read the file: {e.strerror or e} (check the path)"], path) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -395,9 +395,9 @@ def _model(m: dict[str, Any], problems: list[str], number) -> ModelSettings:
             parse_memory, CapacityError = None, ValueError
         if parse_memory is not None:
             try:
-                parse_memory(str(gpu))
+                parse_memory(str(gpu), name="model.gpu_memory")
             except (CapacityError, ValueError) as e:
-                problems.append(f"model.gpu_memory: {e}")
+                problems.append(str(e))
     dtype = m.get("dtype")
     sizes: dict[str, int | None] = {}
     for name in ("weights_memory", "activation_memory", "non_torch_memory", "cudagraph_memory"):

@@ -28,6 +28,8 @@ def parse_duration(value: object) -> float:
             raise ValueError(f"not a duration: {value!r} (use e.g. 5s, 1m30s, 500ms)")
         return float(value)
     text = str(value).strip()
+    if text.startswith("-") and text[1:2].isdigit():
+        raise ValueError(f"must be positive, got {value!r} (use e.g. 5s, 1m30s, 500ms)")
     pos, total = 0, 0.0
     for m in _DURATION_RE.finditer(text):
         if m.start() != pos:

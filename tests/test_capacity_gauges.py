@@ -88,8 +88,8 @@ def test_without_a_model_config_no_theoretical_gauges(server):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--model.tensor-parallel-size", "3"], "model: "),
-    (["--model.gpu-memory", "lots"], "model.gpu_memory (from --model.gpu-memory): "),
+    (["--model.tensor-parallel-size", "3"], "config: model.tensor_parallel_size: 3 does not divide num_attention_heads"),
+    (["--model.gpu-memory", "lots"], "model.gpu_memory (from --model.gpu-memory): 'lots' is not a size or a known GPU"),
 ])
 def test_an_unusable_model_section_exits_2_before_serving(args, message):
     r = subprocess.run([KV, "run", "--model.config", TINY, "--web.listen-address", "127.0.0.1:1"] + args,

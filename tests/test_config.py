@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from paths import MODEL_CONFIGS
 from sidecar.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,6 +63,8 @@ BAD = {
     "unknown-field": ("scrape:\n  intervall: 5s\n", "scrape.intervall: unknown field (did you mean 'interval'?)"),
     "bad-duration": ("scrape:\n  interval: five seconds\n", "scrape.interval: not a duration"),
     "negative-duration": ("scrape:\n  interval: 0s\n", "scrape.interval: must be greater than"),
+    "negative-interval": ("scrape:\n  interval: -5s\n", "scrape.interval: must be positive, got '-5s'"),
+    "bad-gpu-memory": ("model: {gpu_memory: banana}\n", "model.gpu_memory: 'banana' is not a size or a known GPU"),
     "url-without-scheme": ("targets:\n  - url: localhost\n",
                            "targets[0].url: not an http(s) URL: 'localhost' (did you mean http://localhost:8000/metrics?)"),
     "timeout-above-interval": ("scrape: {interval: 5s}\ntargets:\n  - url: http://a:8000/metrics\n    timeout: 6s\n",
@@ -110,6 +113,16 @@ def test_bad_config_exits_2_naming_the_field(tmp_path, name):
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert expected in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_model_the_capacity_model_refuses_is_reported_against_the_file_and_field(tmp_path):
+    """tensor_parallel_size is checked against the model's heads by the capacity model (vLLM refuses it too)."""
+    f = tmp_path / "tp.yaml"
+    f.write_text(f"targets: [http://127.0.0.1:8000/metrics]\n"
+                 f"model: {{config: '{MODEL_CONFIGS / 'Llama-3.1-8B.json'}', tensor_parallel_size: 3}}\n")
+    r = subprocess.run(KV + ["check-config", str(f)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert f"{f}: model.tensor_parallel_size: 3 does not divide num_attention_heads 32" in r.stderr
 
 
 def test_long_windows_take_a_list_or_a_comma_separated_string_and_can_be_turned_off(tmp_path):

@@ -65,11 +65,12 @@ def gpu_memory_bytes(name: str) -> int | None:
     return None if gib is None else round(gib * GiB)
 
 
-def parse_memory(text: str) -> int:
+def parse_memory(text: str, name: str = "--gpu-memory") -> int:
     """Bytes from ``80GiB`` (2^30), ``80GB`` (10^9), a plain byte count, or a GPU name.
 
     A known GPU name (``H100-80GB``) gives the total memory vLLM sees, which
     is less than the marketing size (an H100 80GB reports 79.19 GiB).
+    Errors name ``name``: the calculator's flag, or the sidecar's config field.
     """
     raw = str(text)
     known = gpu_memory_bytes(raw)
@@ -80,11 +81,11 @@ def parse_memory(text: str) -> int:
     except ValueError:
         names = ", ".join(GPU_TOTAL_GIB)
         raise CapacityError(
-            f"--gpu-memory: {raw!r} is not a size or a known GPU"
+            f"{name}: {raw!r} is not a size or a known GPU"
             f" (write 80GiB, 80GB = 80×10^9 bytes, or one of: {names})"
         ) from None
     if value <= 0:
-        raise CapacityError(f"--gpu-memory: {raw!r} must be more than 0")
+        raise CapacityError(f"{name}: {raw!r} must be more than 0")
     return value
 
 
@@ -117,7 +118,8 @@ def _quant_bits(quant: Mapping[str, Any] | None) -> tuple[float | None, bool]:
         return 8.0, False  # most published compressed-tensors checkpoints are w8a8/fp8
     raise CapacityError(
         f"config.json: quantization_config.quant_method: {method!r} is not modelled"
-        " (give the measured weight size with --weights-bytes, or add model.safetensors.index.json)"
+        " (give the measured size: --weights-memory for `kv-sidecar capacity`, model.weights_memory for"
+        " the sidecar; or put model.safetensors.index.json next to config.json)"
     )
 
 

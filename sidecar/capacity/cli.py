@@ -18,7 +18,9 @@ from .errors import CapacityError
 from .layout import DEFAULT_MAX_NUM_BATCHED_TOKENS, kv_layout
 from .report import RENDERERS, build_report
 
-DEFAULT_CONTEXTS = "4096,16384,32768"
+#: Context lengths of the tables when none are given; those above the served ``max_model_len``
+#: are dropped and ``max_model_len`` itself becomes the last column (a 4K model shows 4096 only).
+DEFAULT_CONTEXTS = (4096, 16384, 32768)
 DEFAULT_CONCURRENCY = "1,8,32"
 #: vLLM's default for most of its history (a 2026 snapshot, 0.32, has 0.92).
 DEFAULT_UTILIZATION = "0.9"
@@ -63,8 +65,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     a("--max-num-batched-tokens", default=str(DEFAULT_MAX_NUM_BATCHED_TOKENS), metavar="N",
       help="per-step token budget; sets activation memory and sliding-window caps (default: %(default)s)")
     a("--kv-cache-memory-bytes", metavar="SIZE", help="KV budget per GPU (vLLM then ignores the utilization)")
-    a("--context-lengths", default=DEFAULT_CONTEXTS, metavar="N,N,...",
-      help="context lengths for the tables (default: %(default)s)")
+    a("--weights-memory", metavar="SIZE",
+      help="measured weights per GPU (vLLM's \"Model loading took X GiB\"), instead of the estimate"
+      " from config.json (the sidecar's model.weights_memory)")
+    a("--context-lengths", metavar="N,N,...",
+      help="context lengths for the tables (default: " + ",".join(map(str, DEFAULT_CONTEXTS))
+      + ", up to max_model_len)")
     a("--concurrency", default=DEFAULT_CONCURRENCY, metavar="N,N,...",
       help="concurrent requests for the tables (default: %(default)s)")
     a("--format", default="table", choices=sorted(RENDERERS), help="output format (default: %(default)s)")
@@ -121,6 +127,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_context_lengths(max_model_len: int) -> list[int]:
+    """:data:`DEFAULT_CONTEXTS` up to ``max_model_len``, which ends the list when it is shorter."""
+    if max_model_len >= DEFAULT_CONTEXTS[-1]:
+        return list(DEFAULT_CONTEXTS)
+    return [c for c in DEFAULT_CONTEXTS if c < max_model_len] + [max_model_len]
+
+
+def _size(raw: str, flag: str) -> int:
+    """A memory size flag (bytes, 6GiB, 6GB), or one line naming the flag."""
+    try:
+        return parse_memory(raw)
+    except CapacityError:
+        raise CapacityError(f"{flag}: {raw!r} is not a size (write 6442450944, 6GiB or 6GB)") from None
+
+
 def report_text(args: argparse.Namespace) -> str:
     """The rendered report for parsed arguments (raises CapacityError on bad input)."""
     spec = load_model(args.model_config)
@@ -128,7 +149,7 @@ def report_text(args: argparse.Namespace) -> str:
     pp = _int(args.pipeline_parallel_size, "--pipeline-parallel-size")
     max_model_len = _int(args.max_model_len, "--max-model-len", allow_none=True)
     mbt = _int(args.max_num_batched_tokens, "--max-num-batched-tokens")
-    contexts = _int_list(args.context_lengths, "--context-lengths")
+    contexts = _int_list(args.context_lengths, "--context-lengths") if args.context_lengths else None
     concurrency = _int_list(args.concurrency, "--concurrency")
     utilization = _fraction(args.gpu_memory_utilization, "--gpu-memory-utilization")
     version = args.vllm_version
@@ -138,23 +159,22 @@ def report_text(args: argparse.Namespace) -> str:
         block_size=_int(args.block_size, "--block-size", allow_none=True), device=args.device,
         max_model_len=max_model_len, max_num_batched_tokens=mbt,
     )
+    if contexts is None:
+        contexts = default_context_lengths(layout.max_model_len)
     too_long = [c for c in contexts if c > layout.max_model_len]
     if too_long:
+        fix = ("lower it, or raise --max-model-len up to the model's max_position_embeddings"
+               if max_model_len is not None else "lower it: that is the model's own limit")
         raise CapacityError(
-            f"--context-lengths: {too_long[0]:,} is above max_model_len {layout.max_model_len:,}"
-            " (lower it, or raise --max-model-len up to the model's max_position_embeddings)"
-        )
-    weights = weights_bytes(spec, tp=tp, pp=pp, dtype=layout.served_dtype)
+            f"--context-lengths: {too_long[0]:,} is above max_model_len {layout.max_model_len:,} ({fix})")
+    if args.weights_memory is not None:
+        weights = _size(args.weights_memory, "--weights-memory")
+    else:
+        weights = weights_bytes(spec, tp=tp, pp=pp, dtype=layout.served_dtype)
     gpu_memory = parse_memory(args.gpu_memory) if args.gpu_memory else None
     budget = None
     if args.kv_cache_memory_bytes is not None:
-        try:
-            kv_bytes = parse_memory(args.kv_cache_memory_bytes)
-        except CapacityError:
-            raise CapacityError(
-                f"--kv-cache-memory-bytes: {args.kv_cache_memory_bytes!r} is not a size (write 6442450944, 6GiB or 6GB)"
-            ) from None
-        budget = exact_budget(kv_bytes)
+        budget = exact_budget(_size(args.kv_cache_memory_bytes, "--kv-cache-memory-bytes"))
     elif gpu_memory is not None:
         budget = estimate_budget(
             spec, layout, gpu_memory_bytes=gpu_memory, gpu_memory_utilization=utilization,
@@ -163,12 +183,13 @@ def report_text(args: argparse.Namespace) -> str:
     report = build_report(
         spec, layout, weights=weights, context_lengths=contexts, concurrency=concurrency,
         budget=budget, vllm_version=version, gpu_memory_bytes=gpu_memory,
+        weights_given=args.weights_memory is not None,
     )
     return RENDERERS[args.format](report)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (``python -m sidecar.capacity.cli``) until the lead wires ``kv-sidecar``."""
+    """Stand-alone entry: ``python -m sidecar.capacity.cli`` (same as ``kv-sidecar capacity``)."""
     parser = argparse.ArgumentParser(prog="kv-sidecar")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

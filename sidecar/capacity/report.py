@@ -34,6 +34,7 @@ def build_report(
     vllm_version: str | None = None,
     gpu_memory_bytes: int | None = None,
     overrides: dict[str, int | None] | None = None,
+    weights_given: bool = False,
 ) -> dict[str, Any]:
     """Everything the calculator prints, as JSON-ready data (bytes as integers)."""
     rows = []
@@ -82,7 +83,8 @@ def build_report(
         "bytes_per_token_all_layers": layout.bytes_per_token_all_layers,
         "per_request_state_bytes": layout.per_request_state_bytes,
         "weights_bytes": weights,
-        "weights_source": "safetensors-index" if spec.safetensors_total_bytes else "config-shapes",
+        "weights_source": ("given" if weights_given else
+                           "safetensors-index" if spec.safetensors_total_bytes else "config-shapes"),
         "inflection_context_length": inflection_context_length(layout, weights) if weights else None,
         "kv_memory": rows,
         "vllm_version": vllm_version or "latest",
@@ -117,6 +119,11 @@ def _gib(n: float) -> str:
     return f"{n / GiB:,.2f} GiB"
 
 
+def _size(n: float) -> str:
+    """GiB, or MiB below 1 GiB (a CPU test pool of 6 MiB would read 0.01 GiB)."""
+    return _gib(n) if n >= GiB else f"{n / (1 << 20):,.2f} MiB"
+
+
 def _summary_lines(r: dict[str, Any]) -> list[str]:
     lines = [
         f"Model          {r['architecture']} ({r['model_type']}): {r['attention']}, {r['layers']} layers,"
@@ -132,7 +139,8 @@ def _summary_lines(r: dict[str, Any]) -> list[str]:
             f"Hybrid         {counts}; all layers as full: {r['bytes_per_token_all_layers']:,} B/token;"
             f" bounded per request: {r['per_request_state_bytes']:,} B; {r['num_groups']} KV groups of {r['group_size']}"
         )
-    lines.append(f"Weights        {_gib(r['weights_bytes'])} per rank (from {r['weights_source']})")
+    source = "--weights-memory" if r["weights_source"] == "given" else r["weights_source"]
+    lines.append(f"Weights        {_gib(r['weights_bytes'])} per rank (from {source})")
     if r["inflection_context_length"]:
         lines.append(f"Inflection     KV exceeds the weights from {r['inflection_context_length']:,} tokens of context (1 request)")
     return lines
@@ -150,7 +158,7 @@ def _budget_lines(r: dict[str, Any]) -> list[str]:
         return ["(no budget: give --gpu-memory or --kv-cache-memory-bytes for blocks, tokens and concurrency)"]
     b = r["budget"]
     if b["source"] == "exact":
-        head = f"Budget (given)  {_gib(b['kv_budget_bytes'])} of KV cache (--kv-cache-memory-bytes)"
+        head = f"Budget (given)  {_size(b['kv_budget_bytes'])} of KV cache (--kv-cache-memory-bytes)"
     else:
         head = (
             f"Budget (estimated)  {_gib(b['gpu_memory_bytes'])} x {b['gpu_memory_utilization']:.2f} ="

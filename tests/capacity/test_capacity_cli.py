@@ -10,8 +10,10 @@ import pytest
 
 from capacity_fixtures import REPO, VLLM_CPU, config_path
 
-# Until the lead wires `kv-sidecar capacity`, the module's own entry point
-# runs the same add_parser()/run() pair.
+from sidecar.capacity.budget import GiB
+from sidecar.capacity.cli import default_context_lengths
+
+# The module's own entry point runs the add_parser()/run() pair of `kv-sidecar capacity`.
 CMD = [sys.executable, "-m", "sidecar.capacity.cli", "capacity"]
 
 
@@ -68,6 +70,58 @@ def test_json_vllm_cpu_capture_figures():
     assert data["max_concurrency"] == 6.0
 
 
+def grid_contexts(text: str) -> list[str]:
+    """The context column of the memory grid of a table report."""
+    lines = text.splitlines()
+    start = lines.index("KV cache memory per rank (GiB; x weights)") + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        rows.append(line.split()[0])
+    return rows
+
+
+@pytest.mark.parametrize(("max_model_len", "expected"), [
+    (131072, [4096, 16384, 32768]), (32768, [4096, 16384, 32768]), (8192, [4096, 8192]),
+    (4096, [4096]), (2048, [2048]),
+])
+def test_default_context_lengths_stop_at_max_model_len(max_model_len, expected):
+    assert default_context_lengths(max_model_len) == expected
+
+
+def test_a_4k_model_runs_with_the_defaults():
+    """Llama-2-7B (max_position_embeddings 4096) with no --context-lengths: docs/capacity.md's example."""
+    out = capacity("--model-config", str(config_path("Llama-2-7b-chat-hf")))
+    assert out.returncode == 0, out.stderr
+    assert grid_contexts(out.stdout) == ["4,096"]
+    assert "KV exceeds the weights from 25,705 tokens" in out.stdout
+    tiny = capacity("--model-config", str(VLLM_CPU / "tiny-llama-gqa-bf16.config.json"), "--device", "cpu")
+    assert tiny.returncode == 0, tiny.stderr
+    assert grid_contexts(tiny.stdout) == ["2,048"]  # its max_position_embeddings
+
+
+def test_measured_weights_replace_the_estimate():
+    """--weights-memory: vLLM's "Model loading took 64.4 GiB" for gpt-oss-120b (kv-capacity.md §A8)."""
+    base = ["--model-config", str(config_path("gpt-oss-120b")), "--gpu-memory", "H100-80GB", "--format", "json"]
+    estimated = json.loads(capacity(*base).stdout)
+    out = capacity(*base, "--weights-memory", "64.4GiB")
+    assert out.returncode == 0, out.stderr
+    given = json.loads(out.stdout)
+    assert given["weights_bytes"] == given["budget"]["weights_bytes"] == int(64.4 * GiB)
+    assert given["weights_source"] == "given" and estimated["weights_source"] == "config-shapes"
+    # the KV budget shrinks by exactly the difference in weights
+    assert (estimated["kv_budget_bytes"] - given["kv_budget_bytes"]
+            == given["weights_bytes"] - estimated["weights_bytes"])
+
+
+def test_a_small_given_budget_prints_in_mib():
+    out = capacity("--model-config", str(VLLM_CPU / "tiny-llama-gqa-bf16.config.json"), "--device", "cpu",
+                   "--kv-cache-memory-bytes", "6MiB")
+    assert out.returncode == 0, out.stderr
+    assert "Budget (given)  6.00 MiB of KV cache" in out.stdout
+
+
 def test_markdown_table_rows():
     out = capacity("--model-config", str(config_path("Llama-2-7b-chat-hf")), "--context-lengths", "4096",
                    "--concurrency", "1", "--kv-cache-dtype", "fp8", "--format", "markdown")
@@ -85,7 +139,11 @@ def test_markdown_table_rows():
         (["--model-config", str(config_path("Llama-3.1-70B-Instruct")), "--gpu-memory", "24GB"],
          "leaves no memory for KV cache blocks"),
         (["--model-config", str(config_path("Llama-2-7b-chat-hf")), "--context-lengths", "8192"],
-         "--context-lengths: 8,192 is above max_model_len 4,096"),
+         "--context-lengths: 8,192 is above max_model_len 4,096 (lower it: that is the model's own limit)"),
+        (["--model-config", str(config_path("Llama-2-7b-chat-hf")), "--max-model-len", "2048",
+          "--context-lengths", "4096"], "raise --max-model-len up to the model's max_position_embeddings"),
+        (["--model-config", str(config_path("Llama-3.1-8B")), "--weights-memory", "lots"],
+         "--weights-memory: 'lots' is not a size"),
         (["--model-config", str(config_path("Llama-2-7b-chat-hf")), "--max-model-len", "100000"],
          "--max-model-len: 100000 is above the model's limit 4096"),
         (["--model-config", str(config_path("Llama-3.1-8B")), "--gpu-memory", "huge"], "--gpu-memory: 'huge'"),
