@@ -55,6 +55,20 @@ class Theory:
     budget: cap.Budget | None  # the estimated budget (weights, activation, ...)
 
 
+#: The capacity model's errors name the calculator's flags; the sidecar's fields are these.
+_FIELD_OF_FLAG = {"--model-config": "model.config", "--tensor-parallel-size": "model.tensor_parallel_size",
+                  "--pipeline-parallel-size": "model.pipeline_parallel_size", "--dtype": "model.dtype",
+                  "--gpu-memory": "model.gpu_memory"}
+
+
+def _as_config_field(message: str) -> str:
+    """A capacity-model error with the flag it starts with replaced by the sidecar's config field."""
+    flag, sep, rest = message.partition(": ")
+    if sep and flag in _FIELD_OF_FLAG:
+        return f"{_FIELD_OF_FLAG[flag]}: {rest}"
+    return f"model: {message}"
+
+
 class CapacityLayer:
     """Issue 4 §3: theoretical capacity from config.json next to vLLM's own figure."""
 
@@ -70,7 +84,7 @@ class CapacityLayer:
             cap.kv_layout(self.spec, tp=m.tensor_parallel_size, pp=m.pipeline_parallel_size, dtype=m.dtype)
             self.gpu_memory = None if m.gpu_memory is None else cap.parse_memory(m.gpu_memory)
         except cap.CapacityError as e:
-            raise ConfigError([f"model: {e}"]) from None
+            raise ConfigError([_as_config_field(str(e))]) from None
         self._layouts: dict[tuple[int | None, str, int | None], cap.KVLayout] = {}
         self._warned: set[tuple] = set()
 
@@ -218,12 +232,15 @@ class ForecastLayer:
         #: per key: sample times at which vLLM restarted (prompt_tokens counter went down)
         self._resets: dict[Key, list[float]] = {}
         self._last_counter: dict[Key, float] = {}
+        #: per key: the latest mean KV tokens per request (prompt + generation/2) seen over derive.window
+        self._per_request: dict[Key, float] = {}
 
     def __call__(self, key: Key, history, now: float, d: Derived) -> dict[str, object]:
         obs = history[-1][1]
         pool = d.pool
         if pool is None or pool.block_size is None or pool.usable_blocks is None or d.used_tokens is None:
-            return {}
+            # e.g. a hybrid model or a generation without cache_config_info: no pool, no advice (advice.py)
+            return {"kvcache_recommendation_info": {("none", "insufficient_data"): 1.0}}
         bs = pool.block_size
         out: dict[str, object] = {}
 
@@ -231,8 +248,11 @@ class ForecastLayer:
         start = _first_in_window(history, now, self.config.derive_window_s)
         mean_prompt = _window(fc.window_mean, start, obs, "prompt_length")
         mean_gen = _window(fc.window_mean, start, obs, "generation_length")
-        per_request = None if mean_prompt is None or mean_gen is None else fc.mean_request_kv_tokens(mean_prompt,
-                                                                                                    mean_gen)
+        if mean_prompt is not None and mean_gen is not None:
+            self._per_request[key] = fc.mean_request_kv_tokens(mean_prompt, mean_gen)
+        # No request finished within derive.window (a saturated cache can stall them): the last known
+        # length still prices the waiting requests, so the demand does not drop while the queue stands.
+        per_request = self._per_request.get(key)
         waiting_capacity = d.requests_waiting.get("capacity", d.requests_waiting.get("all", 0.0))
         demand = fc.demand_tokens(used_tokens=d.used_tokens, usage_ratio=d.usage_ratio or 0.0,
                                   watermark=self.th.watermark, waiting_capacity_requests=waiting_capacity,
@@ -288,7 +308,8 @@ class ForecastLayer:
 
     def forget(self, key: Key) -> None:
         """The model/engine left its target: drop its series."""
-        for store in (self._demand, self._peaks, self._resets, self._last_counter, self._first_seen):
+        for store in (self._demand, self._peaks, self._resets, self._last_counter, self._first_seen,
+                      self._per_request):
             store.pop(key, None)
 
     def _record(self, key: Key, now: float, demand: float, obs: Observation) -> deque[tuple[float, float]]:
@@ -300,6 +321,7 @@ class ForecastLayer:
             self._first_seen.pop(key, None)
             self._resets.pop(key, None)
             self._last_counter.pop(key, None)
+            self._per_request.pop(key, None)
         self._first_seen.setdefault(key, now)
         if (not series or now > series[-1][0]) and math.isfinite(demand):
             series.append((now, demand))
@@ -349,12 +371,20 @@ class ForecastLayer:
         max_capacity: float | None = None
         mode = "kv_cache_memory_bytes" if kv_bytes else "gpu_memory_utilization"
         if kv_bytes and bpt:
+            # The most KV the GPU can give: its share at the upper bound minus weights, activation,
+            # non-torch and CUDA graphs, which stay on the GPU when vLLM takes its KV budget from
+            # kv_cache_memory_bytes (kv-capacity.md A2 "Override paths", A8). Unknown without the
+            # GPU's memory and the model: then the suggestion is not capped. The budget vLLM runs with
+            # now evidently fits, whatever the estimates of the other terms say.
+            max_bytes = None
+            if self.capacity and self.capacity.gpu_memory and theory is not None:
+                max_bytes = max(kv_bytes, self.capacity.gpu_memory * hi - sum(self._non_kv_bytes(theory)))
             out["kvcache_suggested_kv_cache_memory_bytes"] = fc.suggest_kv_cache_memory_bytes(
                 peak_demand_tokens=peak, target_usage=target, bytes_per_token=bpt, block_size=bs,
-                max_model_len=max_len,
-                max_bytes=None if not (self.capacity and self.capacity.gpu_memory) else self.capacity.gpu_memory * hi)
-            if self.capacity and self.capacity.gpu_memory:
-                max_capacity = math.floor(self.capacity.gpu_memory * hi / (bs * bpt)) * bs
+                max_model_len=max_len, max_bytes=max_bytes)
+            if max_bytes is not None:
+                # whole blocks, as vLLM sizes the pool (num_blocks = ⌊bytes ÷ page⌋, kv-capacity.md A3)
+                max_capacity = math.floor(max_bytes / (bs * bpt)) * bs
         elif u0 and bpt and theory is not None:
             memory, basis = self._gpu_memory(theory, c0, bpt, u0)
             if memory:
@@ -367,7 +397,7 @@ class ForecastLayer:
         if max_capacity is not None:
             shortfall = fc.capacity_shortfall_tokens(peak_demand_tokens=peak, target_usage=target,
                                                      max_capacity_tokens=max_capacity, block_size=bs)
-            if shortfall > 0:
+            if shortfall > 0 and max_capacity > bs:
                 out["kvcache_capacity_shortfall_tokens"] = shortfall
                 out["kvcache_suggested_replicas"] = fc.suggested_replicas(
                     peak_demand_tokens=peak, target_usage=target, capacity_per_replica_tokens=max_capacity,
@@ -383,8 +413,12 @@ class ForecastLayer:
                         block_size=bs)
                 running = obs.requests_running
                 if running and running >= 1:
-                    levers[("max_model_len",)] = fc.max_model_len_for_concurrency(
+                    # the longest max_model_len at which today's running requests all fit at full length;
+                    # a lever only when it is below the current one (lowering is the lever)
+                    shorter = fc.max_model_len_for_concurrency(
                         usable_blocks=max(0, int(max_capacity // bs) - 1), block_size=bs, concurrency=int(running))
+                    if max_len is None or shorter < max_len:
+                        levers[("max_model_len",)] = shorter
                 if levers:
                     out["kvcache_lever_capacity_tokens"] = levers
 
@@ -407,15 +441,21 @@ class ForecastLayer:
         """M: the configured GPU memory, else inferred from the pool (issue 5 §1)."""
         if self.capacity and self.capacity.gpu_memory:
             return float(self.capacity.gpu_memory), "configured"
+        weights, activation, non_torch, cudagraph = self._non_kv_bytes(theory)
+        return fc.infer_gpu_memory(capacity_tokens=c0, bytes_per_token=bpt, weights_bytes=weights,
+                                   activation_bytes=activation, non_torch_bytes=non_torch, u0=u0,
+                                   cudagraph_bytes=cudagraph), "inferred"
+
+    def _non_kv_bytes(self, theory: Theory) -> tuple[float, float, float, float]:
+        """Weights, activation peak, non-torch and CUDA-graph bytes on one rank: the model.*_memory
+        overrides, else the capacity model's estimates (kv-capacity.md A8; CUDA graphs only when given)."""
         layout, spec, m = theory.layout, self.capacity.spec, self.capacity.settings  # type: ignore[union-attr]
         weights = m.weights_memory if m.weights_memory is not None else cap.weights_bytes(
             spec, tp=layout.tp, pp=layout.pp, dtype=layout.served_dtype)
         activation = m.activation_memory if m.activation_memory is not None else cap.activation_estimate_bytes(
             spec, layout, layout.max_num_batched_tokens)
         non_torch = m.non_torch_memory if m.non_torch_memory is not None else cap.non_torch_estimate_bytes(layout)
-        return fc.infer_gpu_memory(capacity_tokens=c0, bytes_per_token=bpt, weights_bytes=weights,
-                                   activation_bytes=activation, non_torch_bytes=non_torch, u0=u0,
-                                   cudagraph_bytes=m.cudagraph_memory or 0), "inferred"
+        return float(weights), float(activation), float(non_torch), float(m.cudagraph_memory or 0)
 
 
 def _first_in_window(history, now: float, seconds: float) -> Observation | None:

@@ -127,8 +127,10 @@ CATALOGUE: tuple[MetricDoc, ...] = (
               "target_usage; absent when there is no shortfall.",
               "Memory alone cannot fix it: fp8 KV cache, more replicas, or shorter requests."),
     MetricDoc("kvcache_suggested_replicas", "gauge", "replicas", KEY,
-              "Replicas so that the peak sits at target_usage on each, at the largest allowed pool; with a shortfall.",
-              "Scale the deployment to this many replicas."),
+              "Replicas this server's peak needs so that it sits at target_usage on each, at the largest allowed "
+              "pool; with a shortfall. Each sidecar sees one server's share of the load.",
+              "Scale the deployment to the sum over its pods (a pod without a shortfall counts 1; one pod: this "
+              "value)."),
     MetricDoc("kvcache_lever_capacity_tokens", "gauge", "tokens", KEY + ("lever",),
               "With a shortfall, the effect of the cheaper levers at the largest allowed pool: lever=fp8_kv_cache "
               "(capacity x dtype bytes), half_kv_heads (a model with half the KV heads), max_model_len (the longest "

@@ -24,10 +24,12 @@ def test_waiting_requests_count_as_demand_when_the_cache_is_the_bottleneck(h, se
     # 47 usable blocks; a 1024-token (max_model_len) or a 512 + 500 request takes 8 blocks: 5 fit.
     assert h.value("kvcache_max_concurrent_requests", basis="max_model_len") == 5
     assert h.value("kvcache_max_concurrent_requests", basis="observed_mean") == 5
+    # p95 as Prometheus' histogram_quantile interpolates: the 35 prompts sit in (500, 1000], so 500 + 500 x 0.95
+    # = 975; the 35 generations in (200, 500], so 200 + 300 x 0.95 = 485. 1460 tokens = 12 blocks: 3 fit in 47.
+    assert h.value("kvcache_max_concurrent_requests", basis="observed_p95") == 3
     # vLLM ran with --kv-cache-memory-bytes: the advice is in that unit. The peak 49,792 at 0.75 needs
     # ceil(49792 / 0.75 / 128) = 519 usable blocks + the null block = 520 x 128 tokens x 1024 B = 65 MiB.
     assert h.value("kvcache_suggested_kv_cache_memory_bytes") == 65 * 2**20
-    assert h.value("kvcache_suggested_gpu_memory_utilization", basis="configured") is None
     assert h.value("kvcache_recommendation_info", action="raise_kv_cache_memory_bytes",
                    reason="peak_above_target") == 1.0
     assert h.value("kvcache_time_until_full_seconds") == 0.0  # no block free: full is full
@@ -107,11 +109,123 @@ def test_a_slow_ramp_is_caught_by_the_long_windows_that_the_short_one_reads_as_n
                 h.scrape(advance_s=5)
             assert h.value("kvcache_used_tokens") == 3400 * 128
             results[name] = (h.value("kvcache_fill_rate_tokens_per_second"),
-                             h.value("kvcache_time_until_full_seconds"))
+                             h.value("kvcache_time_until_full_seconds"),
+                             h.value("kvcache_time_until_watermark_seconds"))
+            if name == "defaults":
+                # vLLM restarts (its prompt-token counter goes back): the trend starts again from this sample
+                # instead of mixing two processes, so there is no rate until fresh samples exist.
+                counter = f"vllm:prompt_tokens_total{{{MODEL}}} 89600.0"
+                assert counter in LOAD
+                server.behaviour = ok(pages[-1].replace(counter.encode(), counter.replace("89600", "100").encode()))
+                h.scrape(advance_s=5)
+                assert h.value("kvcache_fill_rate_tokens_per_second") is None
+                assert h.value("kvcache_time_until_full_seconds") is None
         finally:
             h.close()
-    assert results["window alone"] == (0.0, float("inf"))
+    assert results["window alone"] == (0.0, float("inf"), float("inf"))
     # (8191 usable - 3400 used - 500 the peaks already reach) blocks at one block (128 tokens) a second
-    rate, until_full = results["defaults"]
+    rate, until_full, until_mark = results["defaults"]
     assert rate == pytest.approx(128.0)
     assert until_full == pytest.approx(8191 - 3400 - 500)
+    # the watermark's headroom instead of the free tokens: floor(0.9 x 8191) = 7371 blocks, minus the same
+    assert until_mark == pytest.approx(7371 - 3400 - 500)
+
+
+# --- the layer's wiring: each number below is computed by hand from the capture and the config --------------
+
+TINY = str(CPU_032 / "tiny-llama-gqa-bf16.config.json")
+MiB = 2**20
+BY_UTIL = 'kv_cache_memory_bytes="None"'  # the same server as if run with --gpu-memory-utilization 0.92
+
+
+def test_the_queue_stays_priced_when_no_request_finished_within_the_window(h, server):
+    # Identical full-b pages: after the first, no request finishes within derive.window, yet the 57 waiting
+    # requests still need 768 tokens each (the last known mean), so the demand does not fall back to 6016.
+    server.behaviour = ok(FULL_B.encode())
+    for _ in range(6):
+        h.scrape(advance_s=5)
+        assert h.value("kvcache_demand_tokens") == 6016 + 57 * 768
+
+
+def test_without_a_pool_the_advice_says_insufficient_data(h, server):
+    page = "\n".join(line for line in LOAD.splitlines() if not line.startswith("vllm:cache_config_info")) + "\n"
+    server.behaviour = ok(page.encode())
+    h.scrape()
+    assert h.value("kvcache_capacity_tokens") is None
+    assert h.value("kvcache_recommendation_info", action="none", reason="insufficient_data") == 1.0
+
+
+def test_inferred_gpu_memory_uses_every_term_of_the_budget(server):
+    # No model.gpu_memory: M = (C0 x bpt + weights + activation + non-torch) / u0, with the terms given.
+    # LOAD: 8192 blocks x 128 = 1,048,576 tokens of 1024 B (the tiny model on CPU), u0 = 0.92, peak demand =
+    # the 57,344 tokens held. C* = (ceil(57344 / 0.75 / 128) + 1) x 128 = 599 x 128 = 76,672 tokens.
+    server.behaviour = ok(LOAD.replace('kv_cache_memory_bytes="1073741824"', BY_UTIL).encode())
+    h = Harness(server, flags={("model", "config"): TINY, ("model", "weights_memory"): "100MiB",
+                               ("model", "activation_memory"): "50MiB", ("model", "non_torch_memory"): "20MiB",
+                               ("forecast", "peak_window"): "10s", ("forecast", "utilization_min"): 0.01})
+    try:
+        for _ in range(3):
+            h.scrape(advance_s=5)
+        m = (1_048_576 * 1024 + 170 * MiB) / 0.92
+        expected = 0.92 + (76_672 - 1_048_576) * 1024 / m  # 0.1887
+        assert h.value("kvcache_suggested_gpu_memory_utilization", basis="inferred") == pytest.approx(expected)
+        assert h.value("kvcache_suggested_gpu_memory_utilization", basis="configured") is None
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize(("gpu_memory", "suggested", "shortfall", "replicas"), [
+    # 8 MiB cannot hold the tiny model's estimated weights and activations next to a bigger cache, but vLLM runs
+    # with 6 MiB of KV, so 6 MiB is the ceiling: 48 blocks = 6144 tokens. C* = 520 x 128 = 66,560 tokens;
+    # shortfall 66,560 - 6,144; replicas ceil(49,792 / (0.75 x 6,016)) = ceil(11.04) = 12.
+    ("8MiB", 6 * MiB, 66_560 - 6_144, 12),
+    # 1 GiB leaves room for the 65 MiB the peak needs: no shortfall.
+    ("1GiB", 65 * MiB, None, None),
+])
+def test_the_kv_cache_memory_bytes_ceiling(server, gpu_memory, suggested, shortfall, replicas):
+    server.behaviour = ok(FULL_B.encode())
+    h = Harness(server, flags={("model", "config"): TINY, ("model", "gpu_memory"): gpu_memory})
+    try:
+        h.scrape()
+        assert h.value("kvcache_suggested_kv_cache_memory_bytes") == suggested
+        for basis in ("configured", "inferred"):  # vLLM ignores the utilization in this mode
+            assert h.value("kvcache_suggested_gpu_memory_utilization", basis=basis) is None
+        assert h.value("kvcache_capacity_shortfall_tokens") == shortfall
+        assert h.value("kvcache_suggested_replicas") == replicas
+    finally:
+        h.close()
+
+
+def test_the_max_model_len_lever_is_only_ever_lower(server):
+    running = f'vllm:num_requests_running{{{MODEL}}} 7.0'
+    assert running in FULL_B
+    h = Harness(server, flags={("model", "config"): TINY, ("model", "gpu_memory"): "8MiB"})
+    try:
+        # 7 running requests in the 47 usable blocks of the largest pool: floor(47 / 7) = 6 blocks = 768 tokens,
+        # below the 1024 served.
+        server.behaviour = ok(FULL_B.encode())
+        h.scrape()
+        assert h.value("kvcache_lever_capacity_tokens", lever="max_model_len") == 768
+        assert h.value("kvcache_lever_capacity_tokens", lever="fp8_kv_cache") == 2 * 6144  # bf16 -> fp8
+        # one running request would fit 47 blocks = 6016 tokens: above 1024, so lowering is no lever
+        server.behaviour = ok(FULL_B.replace(running, f'vllm:num_requests_running{{{MODEL}}} 1.0').encode())
+        h.scrape()
+        assert h.value("kvcache_lever_capacity_tokens", lever="max_model_len") is None
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize(("watermark", "demand"), [
+    # full-a: usage 44/47 = 0.936 (5632 tokens held), 56 waiting for capacity; 13 requests of 512 + 500 tokens
+    # finished, 512 + 250 = 762 tokens held on average, 768 in whole blocks.
+    (None, 5632 + 56 * 768),  # the default watermark 0.9: the cache is the bottleneck
+    (0.95, 5632),             # usage below this watermark: the queue is not KV pressure
+])
+def test_the_demand_gate_reads_the_configured_watermark(server, watermark, demand):
+    server.behaviour = ok((CPU_032 / "gqa-6mib_full-a.txt").read_bytes())
+    h = Harness(server, flags=None if watermark is None else {("thresholds", "watermark"): watermark})
+    try:
+        h.scrape()
+        assert h.value("kvcache_demand_tokens") == demand
+    finally:
+        h.close()

@@ -184,6 +184,8 @@ def capacity_shortfall_tokens(*, peak_demand_tokens: float, target_usage: float,
 
     ``C_max`` is :func:`capacity_at_utilization` at the upper bound ``hi`` (or the
     ``kv_cache_memory_bytes`` ceiling), ``C*`` is :func:`required_capacity_tokens`.
+    Issue 5 §1 ``kvcache_capacity_shortfall_tokens``; vLLM's pool cannot grow past
+    ``C_max`` on this GPU (budget formula, reference kv-capacity.md A8).
     """
     wanted = required_capacity_tokens(peak_demand_tokens=peak_demand_tokens, target_usage=target_usage, block_size=block_size)
     return max(0, int(math.ceil(wanted - max_capacity_tokens)))
@@ -197,7 +199,9 @@ def suggested_replicas(
     ``peak`` is one replica's peak demand, assumed representative (a load
     balancer spreads requests evenly), so the total is ``n × peak``; each
     replica holds ``target × (capacity − block_size)`` at target (usable tokens,
-    null block excluded). At least 1.
+    null block excluded: vLLM's block pool keeps block 0 as the null block,
+    ``vllm/v1/core/block_pool.py``, reference kv-capacity.md A3). At least 1.
+    Issue 5 §1 ``kvcache_suggested_replicas``.
     """
     _fraction("target_usage", target_usage)
     usable = capacity_per_replica_tokens - block_size

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from ..capacity.layout import cdiv  # noqa: F401  (one cdiv: vLLM's, re-exported here)
 
 #: Number of time segments the window is cut into for the upper envelope.
-#: Six segments of a 5-minute window are 50 s each: longer than the life of a
-#: typical request (the sawtooth period), short enough to follow a ramp.
+#: Six segments of the default 10-minute window are 100 s each: longer than the
+#: life of a typical request (the sawtooth period), short enough to follow a ramp.
 DEFAULT_SEGMENTS = 6
 
 
@@ -97,7 +97,7 @@ def fill_rate(
     ``samples`` are ``(timestamp_s, demand_tokens)`` for one engine over the window
     the caller chose (issue 5 §1 ``kvcache_fill_rate_tokens_per_second``).
 
-    Estimator, in two steps:
+    Estimator, in three steps:
 
     1. Upper envelope: the highest sample in each of ``segments`` equal time
        slices (:func:`upper_envelope`). Requests finishing make the demand a
@@ -120,10 +120,12 @@ def fill_rate(
     Slice width and warm-up: a slice only flattens the sawtooth when it holds
     at least one peak, i.e. when it is longer than the teeth (about the running
     time of a request). Slices are ``window span ÷ segments`` wide, but at least
-    ``segment_s``; pass the p95 request running time (``vllm:request_inference_time_seconds``
-    over the window) or about 60 s. While the span is shorter than two slices
-    the result is ``None``: inside one tooth a rising sawtooth and a real ramp
-    look the same. Without ``segment_s`` the issue's rule alone applies (5
+    ``segment_s``. The daemon passes ``forecast.segment`` (default 0, i.e. no
+    minimum: 100 s slices at a 10-minute window); set it to about the p95
+    request running time (``vllm:request_inference_time_seconds``) when
+    requests run longer. While the span is shorter than two slices the result
+    is ``None``: inside one tooth a rising sawtooth and a real ramp look the
+    same. Without ``segment_s`` the issue's rule alone applies (5
     samples over 10 s) and the first minutes read a rising tooth as a ramp.
 
     Restarts: samples before the latest ``reset_times`` entry that is not after
@@ -159,7 +161,11 @@ def fill_rate(
 
 
 def kendall_tau(points: Sequence[tuple[float, float]]) -> float:
-    """Kendall's tau-a of ``y`` against ``t``: (concordant − discordant pairs) ÷ all pairs, in [−1, 1]."""
+    """Kendall's tau-a of ``y`` against ``t``: (concordant − discordant pairs) ÷ all pairs, in [−1, 1].
+
+    Kendall, "A new measure of rank correlation", Biometrika 30 (1938); with time
+    as one variable it is the Mann–Kendall trend statistic (Mann 1945) ``S ÷ (n(n−1)/2)``.
+    """
     pairs = s = 0
     for i, (t1, y1) in enumerate(points):
         for t2, y2 in points[i + 1:]:
@@ -240,6 +246,10 @@ def earliest_full(trends: Iterable[Trend | None], *, demand: float, free_tokens:
     :func:`time_until` and :func:`envelope_level`): ``free − (level − demand)``
     tokens are left when the level is above the current demand.
 
+    The rule is ours, chosen on the scenario library (docs/forecast-validation.md,
+    "How the estimator got here": 10 + 20 + 40 minutes gave the longest lead
+    without a false page).
+
     Returns ``(trend, until_full, until_watermark)``; ``trend`` is ``None`` when
     no window has a trend yet, and then the times are only known when the cache
     is already full (0) (:func:`time_until`).
@@ -265,8 +275,10 @@ def time_until(free_tokens: float, rate: float | None, *, block_size: int) -> fl
     ``kvcache_time_until_watermark_seconds`` (free = watermark headroom).
 
     - ``0`` when at most one block is free (``free ≤ block_size``): vLLM
-      allocates whole blocks, so one block left is full. This holds even
-      before a rate exists: a saturated cache is full whatever its trend.
+      allocates whole blocks (``cdiv(num_tokens, block_size)`` in
+      ``vllm/v1/core/single_type_kv_cache_manager.py``), so one block left is
+      full. This holds even before a rate exists: a saturated cache is full
+      whatever its trend.
     - ``None`` when ``rate`` is None (not enough samples yet) or either input is NaN.
     - ``+inf`` when not filling (``rate ≤ 0``).
     - never negative, never NaN.

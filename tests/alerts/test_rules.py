@@ -99,6 +99,10 @@ def test_config_file_thresholds_reach_both_the_sidecar_and_the_rules(tmp_path, c
     assert warning["expr"].endswith(f"> {sidecar_view.warning:g}") and sidecar_view.warning == 0.7
     assert critical["for"] == "3m"
     assert "85% paging watermark" in critical["annotations"]["summary"]
+    # no rule compares with target_usage (the advice does), but the file records the thresholds it was made with
+    header = (tmp_path / rules.RULES_FILE_NAME).read_text(encoding="utf-8").splitlines()[:6]
+    assert any(f"target_usage={sidecar_view.target_usage:g}" in line for line in header)
+    assert sidecar_view.target_usage == 0.6
     down = next(r for r in _alerts(doc) if r["alert"] == "KVCacheSidecarDown")
     assert 'up{job="llm/kv-sidecar"}' in down["expr"]
 

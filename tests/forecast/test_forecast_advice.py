@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from sidecar.forecast import ACTIONS, REASONS, Recommendation, recommend
@@ -47,10 +50,20 @@ def test_every_reason_has_a_scenario():
     assert {reason for _, _, reason in SCENARIOS.values()} == set(REASONS)
 
 
-def test_actions_hold_the_documented_set():
+def test_actions_hold_the_issues_set():
     assert set(ACTIONS) >= {"none", "raise_gpu_memory_utilization", "lower_gpu_memory_utilization",
                             "enable_fp8_kv_cache", "add_replicas", "lower_max_model_len"}
     assert len(set(ACTIONS)) == len(ACTIONS)
+
+
+def test_docs_list_exactly_the_actions_and_reasons():
+    """docs/forecast.md is where dashboards and alerts look the labels up: the same sets, no more, no less."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "forecast.md").read_text()
+    actions_section = doc.split("**Actions**", 1)[1].split("**Rules.**", 1)[0]
+    assert re.findall(r"^- `([a-z_0-9]+)`$", actions_section, re.M) == list(ACTIONS)
+    rules = doc.split("**Rules.**", 1)[1].split("\n\n", 2)[1]
+    rows = [line.split("|") for line in rules.splitlines() if line.startswith("| ") and "`" in line]
+    assert {row[-2].strip().strip("`") for row in rows} == set(REASONS)
 
 
 def test_kv_cache_memory_bytes_mode_names_the_setting_vllm_obeys():

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 from forecast_captures import CAPTURES_IN_RUN_ORDER, histogram
 from sidecar.forecast import (
+    Trend,
     demand_tokens,
+    earliest_full,
     detect_counter_resets,
     fill_rate,
     mean_request_kv_tokens,
@@ -236,6 +238,23 @@ def test_time_until_edge_cases():
 def test_time_until_is_never_negative_or_nan(free, rate):
     out = time_until(free, rate, block_size=16)
     assert out is None or (out >= 0 and not math.isnan(out))
+
+
+_finite = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e12, max_value=1e12)
+
+
+@given(
+    trends=st.lists(st.one_of(st.none(), st.builds(Trend, window_s=st.sampled_from([600.0, 1200.0, 2400.0]),
+                                                   rate=_finite, level=_finite)), max_size=3),
+    demand=st.floats(min_value=0, max_value=1e12), free=st.floats(min_value=0, max_value=1e12),
+    headroom=st.floats(min_value=0, max_value=1e12),
+)
+def test_earliest_full_is_never_negative_or_nan(trends, demand, free, headroom):
+    """What the daemon exports: the earliest of several windows, measured from each window's peak level."""
+    _, until_full, until_mark = earliest_full(trends, demand=demand, free_tokens=free, headroom_tokens=headroom,
+                                              block_size=16)
+    for out in (until_full, until_mark):
+        assert out is None or (out >= 0 and not math.isnan(out))
 
 
 # --- publication threshold ----------------------------------------------------------------------
