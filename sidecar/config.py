@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -152,6 +153,33 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "KV_SIDECAR_MODEL_GPU_MEMORY": ("model", "gpu_memory"),
     "KV_SIDECAR_THRESHOLDS_WATERMARK": ("thresholds", "watermark"),
 }
+
+
+#: RFC 6750 §2.1 ``b64token``: what may follow "Bearer " in an Authorization header.
+_TOKEN_RE = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
+def read_bearer_token(path: str) -> str:
+    """The token in ``path``: one line of RFC 6750 ``b64token`` characters, surrounding whitespace removed.
+
+    Raises ``ValueError`` with a message that never contains the file's content: a token with a
+    newline or a non-ASCII byte would otherwise reach h11's "Illegal header value" error, which
+    quotes the header, or fail to encode (Kubernetes service-account tokens and most API keys fit).
+    """
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ValueError(f"{path!r} cannot be read ({e.strerror or type(e).__name__})") from None
+    try:
+        token = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path!r} holds non-ASCII bytes (write the token alone, as plain ASCII)") from None
+    if not token:
+        raise ValueError(f"{path!r} is empty (write the token into it)")
+    if not _TOKEN_RE.fullmatch(token):
+        raise ValueError(f"{path!r} is not one token: only A-Z a-z 0-9 - . _ ~ + / and trailing = may appear, "
+                         "on one line (write the token alone)")
+    return token
 
 
 def _did_you_mean(word: str, options: tuple[str, ...]) -> str:
@@ -454,10 +482,11 @@ def _targets(raw: Any, interval: float, problems: list[str]) -> list[TargetConfi
                 timeout = parse_duration(item["timeout"])
                 if timeout <= 0:
                     raise ValueError(f"must be greater than 0s, got {item['timeout']!r}")
-                if timeout > interval:
-                    problems.append(f"{where}.timeout: {item['timeout']!r} is longer than scrape.interval "
-                                    f"({format_duration(interval)}); scrapes would overlap "
-                                    f"(use at most the interval, e.g. {format_duration(default_timeout)})")
+                if timeout >= interval:
+                    # equal is not enough: parsing adds to the exchange, and the next scrape would be skipped
+                    problems.append(f"{where}.timeout: {item['timeout']!r} is not shorter than scrape.interval "
+                                    f"({format_duration(interval)}); scrapes would overlap and every other one "
+                                    f"be skipped (use less than the interval, e.g. {format_duration(default_timeout)})")
             except ValueError as e:
                 problems.append(f"{where}.timeout: {e}")
         limit = DEFAULT_BODY_LIMIT
@@ -475,6 +504,11 @@ def _targets(raw: Any, interval: float, problems: list[str]) -> list[TargetConfi
         if token_file is not None and not os.path.isfile(str(token_file)):
             problems.append(f"{where}.bearer_token_file: {token_file!r} is not a readable file "
                             "(mount the token as a file; tokens are never given inline)")
+        elif token_file is not None:
+            try:
+                read_bearer_token(str(token_file))
+            except ValueError as e:
+                problems.append(f"{where}.bearer_token_file: {e}")
         tls = item.get("tls") or {}
         if not isinstance(tls, dict):
             problems.append(f"{where}.tls: must be a mapping with {', '.join(_TLS_KEYS)}")

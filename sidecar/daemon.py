@@ -37,6 +37,11 @@ from .state import Extender, TargetState, ingest_failure, ingest_success
 log = logging.getLogger("kv_sidecar.daemon")
 
 
+#: (model_name, engine) pairs one target may report. A vLLM server has one engine per data-parallel
+#: rank (tens at most); far more means the URL is not one inference server, and exporting them all
+#: would stall the other targets and swell /metrics.
+MAX_ENGINES_PER_TARGET = 256
+
 class Sidecar:
     """Everything the daemon runs, usable in-process by tests and benchmarks."""
 
@@ -98,6 +103,11 @@ class Sidecar:
             raise ScrapeFailed("invalid_text", str(e)) from None
         if scrape is None:
             raise ScrapeFailed("no_engine_metrics", f"no {target.engine} metric family in the answer")
+        if len(scrape.observations) > MAX_ENGINES_PER_TARGET:
+            # Like Prometheus' sample_limit: a page under the byte limit can still carry enough
+            # series to stall every target's loop and blow up /metrics; refuse it whole.
+            raise ScrapeFailed("too_large", f"{len(scrape.observations)} (model, engine) pairs > the limit of "
+                               f"{MAX_ENGINES_PER_TARGET} (one target per server)")
         return scrape
 
     def record(self, state: TargetState, scrape: EngineScrape, *, sample_time: float, wall_time: float,

@@ -76,6 +76,23 @@ def pool_size(cache_config: Mapping[str, str]) -> PoolSize:
     return PoolSize(blocks, block_size, capacity, hybrid)
 
 
+#: Float slack around [0, 1]: vLLM computes usage as ``1 − free ÷ total`` (``BlockPool.get_usage``).
+_USAGE_SLACK = 1e-9
+
+
+def readable_usage(usage: float | None) -> float | None:
+    """vLLM's usage fraction, or None when it cannot be one.
+
+    ``BlockPool.get_usage()`` is ``1 − free ÷ total``, within [0, 1] up to float
+    error, which is clamped. A value well outside (1.7, −0.3) is not a reading of
+    the cache: it is dropped like NaN rather than clamped, since a clamped 1.7
+    would read as a full cache and page.
+    """
+    if usage is None or not -_USAGE_SLACK <= usage <= 1 + _USAGE_SLACK:
+        return None
+    return min(max(usage, 0.0), 1.0)
+
+
 def used_free_tokens(usage: float, pool: PoolSize) -> tuple[int, int] | None:
     """``used = round(usage × (blocks − 1)) × block_size``, ``free = (blocks − 1) × block_size − used``.
 
@@ -191,13 +208,14 @@ def derive(history: Sequence[tuple[float, Observation]], now: float, *, window_s
     pool = pool_size(obs.cache_config)
     in_window = window(history, now, window_s)
     used = free = headroom = None
-    if obs.usage_ratio is not None:
-        split = used_free_tokens(obs.usage_ratio, pool)
+    usage = readable_usage(obs.usage_ratio)
+    if usage is not None:
+        split = used_free_tokens(usage, pool)
         if split is not None:
             used, free = split
             headroom = watermark_headroom_tokens(used, pool, watermark)
     return Derived(
-        usage_ratio=None if obs.usage_ratio is None else min(max(obs.usage_ratio, 0.0), 1.0),
+        usage_ratio=usage,
         capacity_tokens=pool.capacity_tokens,
         used_tokens=used,
         free_tokens=free,

@@ -150,7 +150,7 @@ CATALOGUE: tuple[MetricDoc, ...] = (
               "Rising towards the timeout: vLLM answers slowly, typically when saturated."),
     MetricDoc("kvcache_sidecar_scrape_errors_total", "counter", "scrapes", ("target", "reason"),
               "Failed scrapes by reason: refused, timeout, http_4xx, http_5xx, too_large, invalid_text, empty, "
-              "no_engine_metrics.",
+              "no_engine_metrics, token_file.",
               "The reason says where to look: network, vLLM health, the URL, or the body size limit."),
     MetricDoc("kvcache_sidecar_last_success_timestamp_seconds", "gauge", "seconds", ("target",),
               "Unix time of the last successful scrape; absent before the first one.",

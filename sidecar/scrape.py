@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 
 from . import __version__
-from .config import TargetConfig
+from .config import TargetConfig, read_bearer_token
 
 #: Why a scrape failed; fixed so the error counter's cardinality is bounded.
 REASONS: tuple[str, ...] = (
@@ -30,6 +30,7 @@ REASONS: tuple[str, ...] = (
     "invalid_text",       # not UTF-8 exposition text, or the parser rejected it
     "empty",              # 200 with an empty body
     "no_engine_metrics",  # 200 with text, but no family of the target's engine
+    "token_file",         # targets[].bearer_token_file missing or not one token: nothing was sent
 )
 
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
@@ -69,11 +70,27 @@ def make_client(target: TargetConfig) -> httpx.AsyncHTTPTransport:
                                     limits=httpx.Limits(max_connections=2, max_keepalive_connections=1))
 
 
+def _redacted(text: str, target: TargetConfig) -> str:
+    """``text`` without the target's bearer token (belt and braces: tokens are validated before use)."""
+    if not target.bearer_token_file:
+        return text
+    try:
+        secret = Path(target.bearer_token_file).read_bytes().decode("ascii", "replace").strip()
+    except OSError:
+        return text
+    for part in filter(None, (p.strip() for p in secret.splitlines())):
+        text = text.replace(part, "<redacted>")
+    return text
+
+
 def _auth_headers(target: TargetConfig) -> dict[str, str]:
     if not target.bearer_token_file:
         return {}
     # Read at every scrape so a rotated token is picked up; never logged.
-    token = Path(target.bearer_token_file).read_text(encoding="utf-8").strip()
+    try:
+        token = read_bearer_token(target.bearer_token_file)
+    except ValueError as e:
+        raise ScrapeFailed("token_file", f"bearer_token_file: {e}") from None
     return {"Authorization": f"Bearer {token}"}
 
 
@@ -88,8 +105,10 @@ async def fetch(client: httpx.AsyncHTTPTransport, target: TargetConfig) -> Fetch
     except httpx.TimeoutException as e:
         raise ScrapeFailed("timeout", type(e).__name__) from None
     except httpx.TransportError as e:
-        raise ScrapeFailed("refused", f"{type(e).__name__}: {e}"[:200]) from None
-    except OSError as e:  # e.g. the bearer token file vanished
+        # h11/httpcore messages can quote request headers; the token is validated before it is sent,
+        # and redacted here as well, so a detail can never carry it into a log.
+        raise ScrapeFailed("refused", _redacted(f"{type(e).__name__}: {e}", target)[:200]) from None
+    except OSError as e:
         raise ScrapeFailed("refused", f"{type(e).__name__}: {e}"[:200]) from None
 
 
@@ -104,6 +123,8 @@ async def _fetch(transport: httpx.AsyncHTTPTransport, target: TargetConfig, star
             raise ScrapeFailed("http_5xx", f"HTTP {response.status_code}")
         if response.status_code != 200:
             where = response.headers.get("location")
+            if where and "?" in where:  # a signed or tokenised URL must not reach the log
+                where = where.split("?", 1)[0] + "?<query>"
             raise ScrapeFailed("http_4xx", f"HTTP {response.status_code}" +
                                (f" (redirect to {where}: use that URL)" if where else ""))
         limit = target.body_size_limit_bytes

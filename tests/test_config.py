@@ -68,7 +68,9 @@ BAD = {
     "url-without-scheme": ("targets:\n  - url: localhost\n",
                            "targets[0].url: not an http(s) URL: 'localhost' (did you mean http://localhost:8000/metrics?)"),
     "timeout-above-interval": ("scrape: {interval: 5s}\ntargets:\n  - url: http://a:8000/metrics\n    timeout: 6s\n",
-                               "targets[0].timeout: '6s' is longer than scrape.interval"),
+                               "targets[0].timeout: '6s' is not shorter than scrape.interval"),
+    "timeout-equal-interval": ("scrape: {interval: 5s}\ntargets:\n  - url: http://a:8000/metrics\n    timeout: 5s\n",
+                               "targets[0].timeout: '5s' is not shorter than scrape.interval (5s)"),
     "bad-size": ("targets:\n  - url: http://a:8000/metrics\n    body_size_limit: lots\n",
                  "targets[0].body_size_limit: not a size"),
     "duplicate-names": ("targets:\n  - {name: a, url: 'http://a:8000/metrics'}\n  - {name: a, url: 'http://b:8000/metrics'}\n",
@@ -113,6 +115,22 @@ def test_bad_config_exits_2_naming_the_field(tmp_path, name):
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert expected in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (b"s3cr3t-TOKEN\nsecond-line\n", "is not one token"),
+    (b"s3cr3t-TOKEN-\xc3\xa9\n", "holds non-ASCII bytes"),
+    (b"  \n", "is empty"),
+])
+def test_a_token_file_that_holds_no_token_exits_2_without_showing_it(tmp_path, content, problem):
+    token = tmp_path / "token"
+    token.write_bytes(content)
+    f = tmp_path / "tok.yaml"
+    f.write_text(f"targets:\n  - {{url: 'http://a:8000/metrics', bearer_token_file: '{token}'}}\n")
+    r = subprocess.run(KV + ["check-config", str(f)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert f"targets[0].bearer_token_file: '{token}' {problem}" in r.stderr
+    assert "s3cr3t" not in r.stderr + r.stdout and "second-line" not in r.stderr + r.stdout
 
 
 def test_a_model_the_capacity_model_refuses_is_reported_against_the_file_and_field(tmp_path):

@@ -142,6 +142,18 @@ def test_nan_and_inf_values_do_not_break_the_scrape(h, server):
     assert h.value("kvcache_capacity_tokens") == 6144.0
 
 
+@pytest.mark.parametrize("value", ["1.7", "-0.3"])
+def test_a_usage_outside_0_1_is_dropped_not_clamped(h, server, value):
+    # clamped, 1.7 would read as a full cache (time until full 0) and page
+    line = 'vllm:kv_cache_usage_perc{engine="0",model_name="models/tiny-llama-gqa-bf16"} 0.9361702127659575'
+    server.behaviour = ok(FULL_A.decode().replace(line, line.rsplit(" ", 1)[0] + " " + value).encode())
+    h.scrape()
+    assert h.value("kvcache_sidecar_target_up") == 1.0
+    for gauge in ("kvcache_usage_ratio", "kvcache_used_tokens", "kvcache_time_until_full_seconds"):
+        assert h.value(gauge) is None, gauge
+    assert h.value("kvcache_capacity_tokens") == 6144.0
+
+
 def test_counter_reset_passes_through_and_rates_stay_sane(h, server):
     server.behaviour = ok(FULL_B)  # 27 preemptions
     h.scrape()
@@ -272,3 +284,86 @@ def test_a_run_of_failures_is_logged_once_and_the_recovery_too(h, server, caplog
     assert sum("scrape failed" in m for m in messages) == 1
     assert sum("scrape recovered" in m and "reason=http_5xx" in m for m in messages) == 1
     assert h.errors("http_5xx") == 4.0
+
+
+# --- the bearer token: sent, re-read at every scrape, never logged --------------------------------------------
+
+def _recording(body: bytes, seen: list):
+    def behave(h):
+        seen.append(h.headers.get("Authorization"))
+        ok(body)(h)
+    return behave
+
+
+def test_the_bearer_token_is_sent_and_reread_at_every_scrape(server, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("eyJhbGciOi.J9-x_y~z+/ab==\n")  # every RFC 6750 b64token character class
+    seen: list = []
+    server.behaviour = _recording(FULL_A, seen)
+    harness = Harness(server, bearer_token_file=str(token))
+    try:
+        harness.scrape()
+        token.write_text("rotated-2\n")  # a rotated secret is picked up without a restart
+        harness.scrape()
+        assert seen == ["Bearer eyJhbGciOi.J9-x_y~z+/ab==", "Bearer rotated-2"]
+        assert harness.errors("token_file") == 0.0
+    finally:
+        harness.close()
+
+
+@pytest.mark.parametrize("content", [
+    b"s3cr3t-TOKEN\nsecond-line\n",  # h11 would refuse the header and quote it in its error
+    b"s3cr3t-TOKEN-\xc3\xa9\n",     # non-ASCII: cannot be encoded as a header
+    b"s3cr3t-TOKEN-\xff\n",          # not even UTF-8
+    b"s3cr3t TOKEN\n",               # a space
+    b"\n",                           # empty
+    None,                            # the file vanished after start-up
+])
+def test_a_bad_token_file_is_counted_never_sent_and_never_logged(server, tmp_path, caplog, content):
+    import logging
+    token = tmp_path / "token"
+    if content is not None:
+        token.write_bytes(content)
+    server.behaviour = ok(FULL_A)
+    harness = Harness(server, bearer_token_file=str(token))  # past validation: as if rotated while running
+    try:
+        with caplog.at_level(logging.DEBUG):
+            harness.scrape()
+        assert harness.errors("token_file") == 1.0
+        assert server.requests == 0  # nothing was sent
+        text = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
+        assert "s3cr3t" not in text and "second-line" not in text
+        assert not any(r.exc_info for r in caplog.records), "a bad token file is one line, not a traceback"
+        assert str(token) in text  # the log names the file to fix
+    finally:
+        harness.close()
+
+
+def test_a_page_of_too_many_engines_is_refused_whole(h, server):
+    # Under the byte limit, but 257 (model, engine) pairs: not one inference server (daemon.MAX_ENGINES_PER_TARGET)
+    page = "".join(f'vllm:kv_cache_usage_perc{{engine="{i}",model_name="m"}} 0.5\n' for i in range(257))
+    server.behaviour = ok(page.encode())
+    h.scrape()
+    assert h.errors("too_large") == 1.0
+    assert h.value("kvcache_usage_ratio", engine="0", model_name="m") is None
+    server.behaviour = ok(page.replace('engine="256"', 'engine="255"').encode())  # 256 pairs: fine
+    h.scrape()
+    assert h.errors("too_large") == 1.0
+    assert h.value("kvcache_sidecar_target_up") == 1.0
+
+
+def test_a_redirect_is_a_4xx_that_names_the_url_without_its_query(h, server, caplog):
+    import logging
+
+    def redirect(handler):
+        handler.send_response(302)
+        handler.send_header("Location", "/metrics-new?X-Signature=s3cr3t-sig")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+    server.behaviour = redirect
+    with caplog.at_level(logging.WARNING):
+        h.scrape()
+    assert h.errors("http_4xx") == 1.0
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "redirect to /metrics-new?<query>: use that URL" in text
+    assert "s3cr3t" not in text
