@@ -42,6 +42,7 @@ log = logging.getLogger("kv_sidecar.daemon")
 #: would stall the other targets and swell /metrics.
 MAX_ENGINES_PER_TARGET = 256
 
+
 class Sidecar:
     """Everything the daemon runs, usable in-process by tests and benchmarks."""
 

@@ -13,7 +13,6 @@ import asyncio
 import ssl
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 
@@ -71,15 +70,12 @@ def make_client(target: TargetConfig) -> httpx.AsyncHTTPTransport:
 
 
 def _redacted(text: str, target: TargetConfig) -> str:
-    """``text`` without the target's bearer token (belt and braces: tokens are validated before use)."""
-    if not target.bearer_token_file:
-        return text
-    try:
-        secret = Path(target.bearer_token_file).read_bytes().decode("ascii", "replace").strip()
-    except OSError:
-        return text
-    for part in filter(None, (p.strip() for p in secret.splitlines())):
-        text = text.replace(part, "<redacted>")
+    """``text`` without the target's bearer token: transport errors can quote request headers."""
+    if target.bearer_token_file:
+        try:
+            text = text.replace(read_bearer_token(target.bearer_token_file), "<redacted>")
+        except ValueError:
+            pass  # no valid token: none was sent (reason token_file)
     return text
 
 
@@ -108,7 +104,7 @@ async def fetch(client: httpx.AsyncHTTPTransport, target: TargetConfig) -> Fetch
         # h11/httpcore messages can quote request headers; the token is validated before it is sent,
         # and redacted here as well, so a detail can never carry it into a log.
         raise ScrapeFailed("refused", _redacted(f"{type(e).__name__}: {e}", target)[:200]) from None
-    except OSError as e:
+    except OSError as e:  # a socket error httpx did not wrap
         raise ScrapeFailed("refused", f"{type(e).__name__}: {e}"[:200]) from None
 
 
