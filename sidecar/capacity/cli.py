@@ -134,7 +134,7 @@ def default_context_lengths(max_model_len: int) -> list[int]:
     return [c for c in DEFAULT_CONTEXTS if c < max_model_len] + [max_model_len]
 
 
-def _size(raw: str, flag: str) -> int:
+def _memory_flag(raw: str, flag: str) -> int:
     """A memory size flag (bytes, 6GiB, 6GB), or one line naming the flag."""
     try:
         return parse_memory(raw)
@@ -168,13 +168,13 @@ def report_text(args: argparse.Namespace) -> str:
         raise CapacityError(
             f"--context-lengths: {too_long[0]:,} is above max_model_len {layout.max_model_len:,} ({fix})")
     if args.weights_memory is not None:
-        weights = _size(args.weights_memory, "--weights-memory")
+        weights = _memory_flag(args.weights_memory, "--weights-memory")
     else:
         weights = weights_bytes(spec, tp=tp, pp=pp, dtype=layout.served_dtype)
     gpu_memory = parse_memory(args.gpu_memory) if args.gpu_memory else None
     budget = None
     if args.kv_cache_memory_bytes is not None:
-        budget = exact_budget(_size(args.kv_cache_memory_bytes, "--kv-cache-memory-bytes"))
+        budget = exact_budget(_memory_flag(args.kv_cache_memory_bytes, "--kv-cache-memory-bytes"))
     elif gpu_memory is not None:
         budget = estimate_budget(
             spec, layout, gpu_memory_bytes=gpu_memory, gpu_memory_utilization=utilization,
