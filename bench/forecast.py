@@ -47,7 +47,7 @@ from typing import Callable, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from replay import Pipeline, new_parser, replay_config, scrape_body  # noqa: E402
+from sidecar.replay import Pipeline, new_parser, replay_config, scrape_body  # noqa: E402
 
 from sidecar.generations import Generation  # noqa: E402
 from sidecar.simulator import LIBRARY, Scenario, SimConfig, Simulator  # noqa: E402

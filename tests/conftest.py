@@ -1,4 +1,4 @@
-"""Suite-wide settings. Shared fixture paths live in tests/paths.py (`from paths import SHARED`)."""
+"""Suite-wide settings. Fixture paths live in tests/fixtures/__init__.py (`from fixtures import CPU_032`)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from faultserver import ok
 from harness import Harness
-from paths import CPU_032
+from fixtures import CPU_032
 
 TINY = str(CPU_032 / "tiny-llama-gqa-bf16.config.json")
 KV = str(Path(sys.executable).with_name("kv-sidecar"))

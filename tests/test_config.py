@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from paths import MODEL_CONFIGS
+from fixtures import MODEL_CONFIGS
 from sidecar.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from paths import CPU_032
+from fixtures import CPU_032
 from faultserver import FaultServer, free_port, huge_chunked, ok, slow_body, status
 from harness import Harness
 
@@ -240,7 +240,7 @@ def test_compressed_answers_are_refused_not_inflated(h, server):
 
 def test_two_targets_serving_the_same_model_keep_separate_forecasts():
     """Each target's forecast state is its own, even when model_name and engine coincide."""
-    from paths import CPU_032 as cpu
+    from fixtures import CPU_032 as cpu
     ramp_pages = []
     base = (cpu / "gqa-1gib_load.txt").read_text()
     for i in range(8):  # a rising usage on target A

@@ -6,7 +6,7 @@ import pytest
 
 from faultserver import ok
 from harness import Harness
-from paths import CPU_032
+from fixtures import CPU_032
 from synthetic import slow_ramp
 
 FULL_B = (CPU_032 / "gqa-6mib_full-b.txt").read_text()

@@ -56,7 +56,7 @@ import asyncio  # noqa: E402
 
 import pytest  # noqa: E402
 from faultserver import FaultServer, ok  # noqa: E402
-from paths import CPU_032  # noqa: E402
+from fixtures import CPU_032  # noqa: E402
 
 from sidecar.config import load_config  # noqa: E402
 from sidecar.daemon import Sidecar  # noqa: E402

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from paths import METRICS
+from fixtures import METRICS
 
 from sidecar import parse
 from sidecar.engines import vllm

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from paths import CPU_032
+from fixtures import CPU_032
 
 from sidecar import parse
 from sidecar.config import load_config

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from paths import CPU_032, METRICS
+from fixtures import CPU_032, METRICS
 
 from sidecar import parse
 from sidecar.derive import derive, is_hybrid, pool_size

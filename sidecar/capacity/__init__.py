@@ -40,7 +40,7 @@ from .config import ModelSpec, load_model, resolve_text_config, spec_from_dict
 from .dtypes import served_dtype
 from .errors import CapacityError
 from .inverse import blocks_for, inflection_context_length, required_kv_cache_memory_bytes, required_utilization
-from .layers import LayerKV, layer_kinds
+from .layer_kinds import LayerKV, layer_kinds
 from .layout import KVGroup, KVLayout, get_pp_indices, kv_layout
 
 __all__ = [

@@ -16,7 +16,7 @@ from .config import load_model
 from .dtypes import KV_CACHE_DTYPES, SERVED_DTYPES
 from .errors import CapacityError
 from .layout import DEFAULT_MAX_NUM_BATCHED_TOKENS, kv_layout
-from .report import RENDERERS, build_report
+from .table import RENDERERS, build_report
 
 #: Context lengths of the tables when none are given; those above the served ``max_model_len``
 #: are dropped and ``max_model_len`` itself becomes the last column (a 4K model shows 4096 only).

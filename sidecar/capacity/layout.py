@@ -26,7 +26,7 @@ from typing import Literal, Mapping
 from .config import ModelSpec
 from .dtypes import FP8_DS_MLA_BYTES_PER_TOKEN_LAYER, dtype_bytes, kv_cache_dtype as resolve_kv_dtype, served_dtype
 from .errors import CapacityError
-from .layers import GROWING_KINDS, LayerKV, layer_kinds
+from .layer_kinds import GROWING_KINDS, LayerKV, layer_kinds
 
 Attention = Literal["mha", "gqa", "mqa", "mla", "hybrid"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from paths import CPU_032
+from fixtures import CPU_032
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.forecast import HistogramSnapshot

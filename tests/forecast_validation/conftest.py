@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from paths import REPO
+from fixtures import REPO
 
 sys.path.insert(0, str(REPO / "bench"))

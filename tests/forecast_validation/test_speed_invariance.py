@@ -37,7 +37,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from replay import Pipeline, new_parser, replay_config, scrape_body
+from sidecar.replay import Pipeline, new_parser, replay_config, scrape_body
 
 from sidecar.config import load_config
 from sidecar.daemon import Sidecar

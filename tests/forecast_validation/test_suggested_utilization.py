@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 
 import pytest
-from paths import MODEL_CONFIGS
-from replay import Replay, replay_config
+from fixtures import MODEL_CONFIGS
+from sidecar.replay import Replay, replay_config
 
 from sidecar.simulator import LIBRARY, SimConfig, Simulator
 

@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.generations import Generation
 from sidecar.simulator import SimConfig, Simulator
-from paths import CPU_032
+from fixtures import CPU_032
 
 IDLE = (CPU_032 / "gqa-1gib_idle.txt").read_text()
 

@@ -1,4 +1,4 @@
-"""The calculator's report: one plain dict, rendered as a table, Markdown or JSON.
+"""The calculator's table: one plain dict, rendered as text, Markdown or JSON.
 
 Pure: takes a resolved model, layout and (optional) budget, returns data or
 text. The seeds' tables are the rows ``context × concurrency`` of

@@ -1,6 +1,6 @@
 """Replay a simulated vLLM through the daemon's own code, in simulated time.
 
-Shared by ``bench/forecast.py`` and ``tests/forecast_validation``. Each
+Used by ``bench/forecast.py`` and ``tests/forecast_validation``. Each
 :meth:`Replay.step` renders the simulator's ``/metrics`` body and runs the
 three calls :meth:`sidecar.daemon.Sidecar.scrape_once` makes after its HTTP
 fetch, with nothing changed:
@@ -24,7 +24,7 @@ Only the HTTP hop is skipped; the tests in ``tests/forecast_validation`` run
 the real hop (``kv-sidecar simulate`` + ``kv-sidecar run``) and show it gives
 the same gauges.
 
-    from replay import Replay, replay_config
+    from sidecar.replay import Replay, replay_config
     r = Replay(Simulator(SimConfig(), scenario="ramp-10m", seed=1), replay_config(window="10m"))
     r.run_until(600.0, every=5.0, on_sample=lambda r: print(r.now, r.gauge("kvcache_usage_ratio")))
 """
@@ -32,18 +32,14 @@ the same gauges.
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 from typing import Callable, Mapping
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `sidecar` when run as a script
-
-from sidecar.config import Config, load_config  # noqa: E402
-from sidecar.daemon import Sidecar  # noqa: E402
-from sidecar.generations import Generation  # noqa: E402
-from sidecar.layers import build_extenders  # noqa: E402
-from sidecar.simulator import Simulator  # noqa: E402
-from sidecar.state import ingest_failure  # noqa: E402
+from .config import Config, load_config
+from .daemon import Sidecar
+from .generations import Generation
+from .layers import build_extenders
+from .simulator import Simulator
+from .state import ingest_failure
 
 #: The target URL of a replay: never contacted (the body comes from the simulator in-process).
 REPLAY_URL = "http://127.0.0.1:9/metrics"
