@@ -10,12 +10,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test venv tools vllm bench bench-real-ramp clean
+.PHONY: run test lint venv tools vllm bench bench-real-ramp clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,lint]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -29,7 +29,12 @@ tools:
 vllm:
 	bash scripts/install-vllm.sh
 
-test: venv tools vllm
+lint: venv
+	$(VENV)/bin/ruff check sidecar tests bench
+	$(VENV)/bin/ruff format --check sidecar tests bench
+	$(VENV)/bin/mypy
+
+test: lint tools vllm
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: venv
