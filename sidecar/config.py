@@ -4,38 +4,64 @@ Precedence, highest first: command-line flag, environment variable
 (``KV_SIDECAR_*``, for containers), the YAML file (``--config.file``), the
 built-in default. The whole configuration is validated before anything is
 served and **every** problem is reported at once, each naming the field and
-the fix (:class:`ConfigError`); the CLI turns that into exit code 2.
+the fix (:class:`ConfigError`); the CLI turns that into exit code 2. That
+includes the capacity model's checks of the ``model:`` section (a
+tensor-parallel size that does not divide the model's heads, ...).
 
-The annotated example with every field is ``deploy/examples/sidecar.yaml``.
+What each setting is, its default, parser, variable and flag: the table in
+:mod:`sidecar.settings`. The annotated example with every field,
+``deploy/examples/sidecar.yaml``, and ``docs/configuration.md`` are generated
+from it (``make generate``).
 """
 
 from __future__ import annotations
 
 import difflib
-import math
 import os
-import re
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlparse
 
 import yaml
 
-from .thresholds import Thresholds
-from .units import format_duration, parse_duration, parse_size
+from . import capacity as cap
+from .artifacts.params import RuleParams, Thresholds
+from .settings import (
+    CLOCKS,
+    DEFAULT_TARGET,
+    ENGINES,
+    LOG_FORMATS,
+    LOG_LEVELS,
+    MAX_DEFAULT_TIMEOUT_S,
+    MIN_INTERVAL_S,
+    MIN_STALENESS_S,
+    SECTIONS,
+    SETTINGS,
+    TARGET_SETTINGS,
+    TARGETS_ENV,
+    TARGETS_FLAG,
+    Invalid,
+    Setting,
+    default,
+    read_bearer_token,
+    section_keys,
+)
+from .units import format_duration
 
-DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # vLLM's port in the same pod
-DEFAULT_LISTEN = ":9437"
-DEFAULT_INTERVAL_S = 5.0
-DEFAULT_BODY_LIMIT = 16 * 2**20
-MAX_DEFAULT_TIMEOUT_S = 10.0
-MIN_STALENESS_S = 60.0
-MIN_INTERVAL_S = 0.1
-ENGINES = ("vllm",)
-LOG_LEVELS = ("debug", "info", "warning", "error")
-LOG_FORMATS = ("logfmt", "json")
-CLOCKS = ("wall", "simulated")
+__all__ = [
+    "CLOCKS", "DEFAULT_BODY_LIMIT", "DEFAULT_INTERVAL_S", "DEFAULT_LISTEN", "DEFAULT_TARGET", "ENGINES", "ENV_VARS",
+    "LOG_FORMATS", "LOG_LEVELS", "MAX_DEFAULT_TIMEOUT_S", "MIN_INTERVAL_S", "MIN_STALENESS_S", "Config", "ConfigError",
+    "ForecastSettings", "ModelSettings", "RuleParams", "TargetConfig", "Thresholds", "build_config", "default_timeout",
+    "flag_name", "load_config", "merge_overrides", "model_problems", "print_config_errors", "read_bearer_token",
+    "read_yaml",
+]
+
+DEFAULT_LISTEN: str = default("web.listen_address")
+DEFAULT_INTERVAL_S: float = default("scrape.interval")
+DEFAULT_BODY_LIMIT: int = default("targets.body_size_limit")
 
 
 class ConfigError(Exception):
@@ -47,51 +73,69 @@ class ConfigError(Exception):
         super().__init__("\n".join(f"{source}: {p}" for p in problems))
 
 
+def print_config_errors(e: ConfigError, file: str | None = None) -> None:
+    """Every problem on its own line on stderr, after the file it is in (``file`` when the error does not say)."""
+    source = file if e.source == "config" and file else e.source
+    print(f"kv-sidecar: invalid configuration ({len(e.problems)} problem{'s' if len(e.problems) > 1 else ''}):",
+          file=sys.stderr)
+    for p in e.problems:
+        print(f"  {source}: {p}", file=sys.stderr)
+
+
+def default_timeout(interval_s: float) -> float:
+    """A target's timeout when none is given: 0.8 x the scrape interval, at most 10 s."""
+    return min(0.8 * interval_s, MAX_DEFAULT_TIMEOUT_S)
+
+
 @dataclass(frozen=True)
 class TargetConfig:
+    """One entry of ``targets:``."""
+
     name: str
     url: str
-    engine: str = "vllm"
-    timeout_s: float = 4.0
+    engine: str = default("targets.engine")
+    timeout_s: float = default_timeout(DEFAULT_INTERVAL_S)
     body_size_limit_bytes: int = DEFAULT_BODY_LIMIT
     bearer_token_file: str | None = None
-    tls_insecure_skip_verify: bool = False
+    tls_insecure_skip_verify: bool = default("targets.tls.insecure_skip_verify")
     tls_ca_file: str | None = None
     #: ``wall``: samples are stamped with the sidecar's clock (production).
     #: ``simulated``: with the ``X-Simulated-Time`` header of the built-in
     #: simulator, so that replays at any ``--speed`` give the same gauges.
-    clock: str = "wall"
+    clock: str = default("targets.clock")
 
 
 @dataclass(frozen=True)
 class ModelSettings:
-    """What vLLM does not export about the served model (issue 4 §3)."""
+    """What vLLM does not export about the served model (``model:``; docs/capacity.md)."""
 
-    config: str | None = None  # config.json or a model directory
-    dtype: str | None = None  # served dtype; None = vLLM's "auto"
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    gpu_memory: str | None = None  # "80GiB", "80GB" or a GPU name such as "H100-80GB"
+    config: str | None = default("model.config")  # config.json or a model directory
+    dtype: str | None = default("model.dtype")  # served dtype; None = vLLM's "auto"
+    tensor_parallel_size: int = default("model.tensor_parallel_size")
+    pipeline_parallel_size: int = default("model.pipeline_parallel_size")
+    gpu_memory: str | None = default("model.gpu_memory")  # "80GiB", "80GB" or a GPU name such as "H100-80GB"
     #: Overrides of the budget estimator's terms (bytes); None = the documented estimate.
     #: Take them from vLLM's start-up log ("Model loading took", memory profiling lines).
-    weights_memory: int | None = None
-    activation_memory: int | None = None
-    non_torch_memory: int | None = None
-    cudagraph_memory: int | None = None
+    weights_memory: int | None = default("model.weights_memory")
+    activation_memory: int | None = default("model.activation_memory")
+    non_torch_memory: int | None = default("model.non_torch_memory")
+    cudagraph_memory: int | None = default("model.cudagraph_memory")
 
 
 @dataclass(frozen=True)
 class ForecastSettings:
-    window_s: float = 600.0  # the shortest fill-rate trend window
+    """The ``forecast:`` section (docs/forecast.md)."""
+
+    window_s: float = default("forecast.window")  # the shortest fill-rate trend window
     #: longer trend windows for slow ramps (sidecar.forecast.earliest_full); () = the window alone
-    long_windows_s: tuple[float, ...] = (1200.0, 2400.0)
-    min_samples: int = 5
-    min_span_s: float = 10.0
+    long_windows_s: tuple[float, ...] = default("forecast.long_windows")
+    min_samples: int = default("forecast.min_samples")
+    min_span_s: float = default("forecast.min_span")
     #: minimum width of the trend's time slices (0 = each window / 6); see sidecar.forecast.fill_rate
-    segment_s: float = 0.0
-    peak_window_s: float = 3600.0  # peak demand for the suggested utilization
-    utilization_min: float = 0.5
-    utilization_max: float = 0.95
+    segment_s: float = default("forecast.segment")
+    peak_window_s: float = default("forecast.peak_window")  # peak demand for the suggested utilization
+    utilization_min: float = default("forecast.utilization_min")
+    utilization_max: float = default("forecast.utilization_max")
 
     @property
     def windows_s(self) -> tuple[float, ...]:
@@ -101,18 +145,20 @@ class ForecastSettings:
 
 @dataclass(frozen=True)
 class Config:
+    """The validated configuration."""
+
     targets: tuple[TargetConfig, ...]
     listen_address: str = DEFAULT_LISTEN
     scrape_interval_s: float = DEFAULT_INTERVAL_S
     staleness_s: float = MIN_STALENESS_S
-    derive_window_s: float = 300.0
-    log_level: str = "info"
-    log_format: str = "logfmt"
+    derive_window_s: float = default("derive.window")
+    log_level: str = default("log.level")
+    log_format: str = default("log.format")
     thresholds: Thresholds = field(default_factory=Thresholds)
     model: ModelSettings = field(default_factory=ModelSettings)
     forecast: ForecastSettings = field(default_factory=ForecastSettings)
-    #: The ``alerts:`` section, kept raw for ``kv-sidecar rules render``.
-    alerts: Mapping[str, Any] = field(default_factory=dict)
+    #: The ``alerts:`` section, parsed: what ``kv-sidecar rules render`` renders with.
+    alerts: RuleParams = field(default_factory=RuleParams)
 
     @property
     def listen_host_port(self) -> tuple[str, int]:
@@ -120,66 +166,15 @@ class Config:
         return host.strip("[]"), int(port)
 
 
-# The YAML schema: section -> allowed keys. Unknown keys are errors (typos
-# would otherwise silently fall back to defaults).
+#: section -> allowed keys; None: the section is a list (targets) or read by its own parser (alerts).
 _SCHEMA: dict[str, tuple[str, ...] | None] = {
-    "targets": None,
-    "web": ("listen_address",),
-    "scrape": ("interval", "staleness"),
-    "derive": ("window",),
-    "log": ("level", "format"),
-    "thresholds": ("watermark", "warning", "target_usage"),
-    "model": ("config", "dtype", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory",
-              "weights_memory", "activation_memory", "non_torch_memory", "cudagraph_memory"),
-    "forecast": ("window", "long_windows", "min_samples", "min_span", "segment", "peak_window", "utilization_min",
-                 "utilization_max"),
-    "alerts": None,  # validated by sidecar.rules
+    s.name: None if s.name in ("targets", "alerts") else section_keys(SETTINGS, s.name) for s in SECTIONS
 }
-_TARGET_KEYS = ("name", "url", "engine", "timeout", "body_size_limit", "bearer_token_file", "tls", "clock")
-_TLS_KEYS = ("insecure_skip_verify", "ca_file")
+_TARGET_KEYS = section_keys(TARGET_SETTINGS, "targets")
+_TLS_KEYS = tuple(s.key.removeprefix("tls.") for s in TARGET_SETTINGS if s.key.startswith("tls."))
 
-#: environment variable -> (section, key); KV_SIDECAR_TARGET is comma-separated URLs.
-ENV_VARS: dict[str, tuple[str, str]] = {
-    "KV_SIDECAR_WEB_LISTEN_ADDRESS": ("web", "listen_address"),
-    "KV_SIDECAR_SCRAPE_INTERVAL": ("scrape", "interval"),
-    "KV_SIDECAR_SCRAPE_STALENESS": ("scrape", "staleness"),
-    "KV_SIDECAR_DERIVE_WINDOW": ("derive", "window"),
-    "KV_SIDECAR_LOG_LEVEL": ("log", "level"),
-    "KV_SIDECAR_LOG_FORMAT": ("log", "format"),
-    "KV_SIDECAR_MODEL_CONFIG": ("model", "config"),
-    "KV_SIDECAR_MODEL_DTYPE": ("model", "dtype"),
-    "KV_SIDECAR_MODEL_TENSOR_PARALLEL_SIZE": ("model", "tensor_parallel_size"),
-    "KV_SIDECAR_MODEL_PIPELINE_PARALLEL_SIZE": ("model", "pipeline_parallel_size"),
-    "KV_SIDECAR_MODEL_GPU_MEMORY": ("model", "gpu_memory"),
-    "KV_SIDECAR_THRESHOLDS_WATERMARK": ("thresholds", "watermark"),
-}
-
-
-#: RFC 6750 §2.1 ``b64token``: what may follow "Bearer " in an Authorization header.
-_TOKEN_RE = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
-
-
-def read_bearer_token(path: str) -> str:
-    """The token in ``path``: one line of RFC 6750 ``b64token`` characters, surrounding whitespace removed.
-
-    Raises ``ValueError`` with a message that never contains the file's content: a token with a
-    newline or a non-ASCII byte would otherwise reach h11's "Illegal header value" error, which
-    quotes the header, or fail to encode (Kubernetes service-account tokens and most API keys fit).
-    """
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise ValueError(f"{path!r} cannot be read ({e.strerror or type(e).__name__})") from None
-    try:
-        token = raw.decode("ascii").strip()
-    except UnicodeDecodeError:
-        raise ValueError(f"{path!r} holds non-ASCII bytes (write the token alone, as plain ASCII)") from None
-    if not token:
-        raise ValueError(f"{path!r} is empty (write the token into it)")
-    if not _TOKEN_RE.fullmatch(token):
-        raise ValueError(f"{path!r} is not one token: only A-Z a-z 0-9 - . _ ~ + / and trailing = may appear, "
-                         "on one line (write the token alone)")
-    return token
+#: environment variable -> (section, key); KV_SIDECAR_TARGET (comma-separated URLs) replaces ``targets``.
+ENV_VARS: dict[str, tuple[str, str]] = {s.env: (s.section, s.key) for s in SETTINGS if s.env}
 
 
 def _did_you_mean(word: str, options: tuple[str, ...]) -> str:
@@ -207,8 +202,13 @@ def read_yaml(path: str) -> dict[str, Any]:
     return data
 
 
+def flag_name(section: str, key: str) -> str:
+    """The flag spelling of a setting: ``("web", "listen_address")`` -> ``--web.listen-address``."""
+    return f"--{section}.{key.replace('_', '-')}"
+
+
 def merge_overrides(file_data: Mapping[str, Any], env: Mapping[str, str],
-                    flags: Mapping[tuple[str, str], Any], flag_targets: list[str] | None,
+                    flags: Mapping[tuple[str, str], Any], flag_targets: Sequence[str | Mapping[str, Any]] | None,
                     origins: dict[str, str] | None = None) -> dict[str, Any]:
     """Layer environment and flags over the file's mapping (flags win).
 
@@ -229,15 +229,15 @@ def merge_overrides(file_data: Mapping[str, Any], env: Mapping[str, str],
     for var, (section, key) in ENV_VARS.items():
         if env.get(var, "") != "":
             put(section, key, env[var], var)
-    if env.get("KV_SIDECAR_TARGET"):
-        data["targets"] = [u.strip() for u in env["KV_SIDECAR_TARGET"].split(",") if u.strip()]
-        origins["targets"] = "KV_SIDECAR_TARGET"
+    if env.get(TARGETS_ENV):
+        data["targets"] = [u.strip() for u in env[TARGETS_ENV].split(",") if u.strip()]
+        origins["targets"] = TARGETS_ENV
     for (section, key), value in flags.items():
         if value is not None:
-            put(section, key, value, f"--{section}.{key.replace('_', '-')}")
+            put(section, key, value, flag_name(section, key))
     if flag_targets:
         data["targets"] = list(flag_targets)
-        origins["targets"] = "--target"
+        origins["targets"] = TARGETS_FLAG
     return data
 
 
@@ -252,291 +252,218 @@ def _attribute(problems: list[str], origins: Mapping[str, str]) -> list[str]:
     return out
 
 
-def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
-    """Validate a merged mapping into a :class:`Config`; every problem at once."""
-    problems: list[str] = []
+# ----------------------------------------------------------------------------- reading values
 
-    for section in data:
-        if section not in _SCHEMA:
-            problems.append(f"{section}: unknown section{_did_you_mean(str(section), tuple(_SCHEMA))}")
 
-    def section(name: str) -> dict[str, Any]:
+def _lookup(mapping: Mapping[str, Any], key: str) -> Any:
+    """``mapping[key]``, following dots into nested mappings; None when absent."""
+    value: Any = mapping
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def _read(rows: tuple[Setting, ...], mapping: Mapping[str, Any], where: str,
+          problems: list[str]) -> dict[str, Any]:
+    """Each row's value from ``mapping`` (its default when absent or bad), keyed by the row's field.
+
+    ``where`` replaces the rows' section in problems (``targets[0]``); each parser problem becomes
+    ``where.key: problem``.
+    """
+    values: dict[str, Any] = {}
+    for row in rows:
+        raw = _lookup(mapping, row.key)
+        values[row.field] = row.default
+        path = f"{where}.{row.key}"
+        if raw is None:
+            if row.required:
+                problems.append(f"{path}: missing (e.g. {row.example})")
+            continue
+        try:
+            values[row.field] = row.parse(raw)
+        except Invalid as e:
+            problems.extend(f"{path}{at}: {message}" for at, message in e.problems)
+        except ValueError as e:
+            problems.append(f"{path}: {e}")
+    return values
+
+
+def _sections(data: Mapping[str, Any], problems: list[str]) -> dict[str, dict[str, Any]]:
+    """Each section's mapping (``{}`` when absent); unknown sections and keys, and non-mappings, are problems."""
+    for name in data:
+        if name not in _SCHEMA:
+            problems.append(f"{name}: unknown section{_did_you_mean(str(name), tuple(_SCHEMA))}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, allowed in _SCHEMA.items():
+        if allowed is None:
+            continue
         value = data.get(name) or {}
         if not isinstance(value, dict):
             problems.append(f"{name}: must be a mapping, got {type(value).__name__}")
-            return {}
-        allowed = _SCHEMA[name]
-        if allowed is not None:
-            for key in value:
-                if key not in allowed:
-                    problems.append(f"{name}.{key}: unknown field{_did_you_mean(str(key), allowed)}")
-        return value
+            value = {}
+        for key in value:
+            if key not in allowed:
+                problems.append(f"{name}.{key}: unknown field{_did_you_mean(str(key), allowed)}")
+        out[name] = value
+    return out
 
-    def duration(where: str, value: Any, default: float, minimum: float = 0.0) -> float:
-        if value is None:
-            return default
-        try:
-            seconds = parse_duration(value)
-        except ValueError as e:
-            problems.append(f"{where}: {e}")
-            return default
-        if seconds <= minimum:
-            problems.append(f"{where}: must be greater than {format_duration(minimum)}, got {value!r}")
-            return default
-        return seconds
 
-    def number(where: str, value: Any, default: float, kind: type = float) -> Any:
-        if value is None:
-            return default
-        try:
-            if isinstance(value, bool):
-                raise ValueError
-            as_float = float(value)
-            if not math.isfinite(as_float) or (kind is int and not as_float.is_integer()):
-                raise ValueError
-            return kind(as_float)
-        except (TypeError, ValueError):
-            problems.append(f"{where}: must be a {'whole number' if kind is int else 'finite number'}, got {value!r}")
-            return default
-
-    def choice(where: str, value: Any, default: str, options: tuple[str, ...]) -> str:
-        if value is None:
-            return default
-        text = str(value).lower()
-        if text not in options:
-            problems.append(f"{where}: {value!r} is not one of {', '.join(options)}")
-            return default
-        return text
-
-    scrape = section("scrape")
-    interval = duration("scrape.interval", scrape.get("interval"), DEFAULT_INTERVAL_S)
-    if interval < MIN_INTERVAL_S:
-        problems.append(f"scrape.interval: must be at least {format_duration(MIN_INTERVAL_S)}, "
-                        f"got {scrape.get('interval')!r}")
-        interval = DEFAULT_INTERVAL_S
-    staleness_default = max(3 * interval, MIN_STALENESS_S)
-    staleness = duration("scrape.staleness", scrape.get("staleness"), staleness_default)
-    if scrape.get("staleness") is not None and staleness < interval:
+def _check_scrape(v: dict[str, Any], given: Mapping[str, Any], problems: list[str]) -> None:
+    """Staleness (its default follows the interval) and the derive window against the scrape interval."""
+    interval = v["scrape_interval_s"]
+    if v["staleness_s"] is None:
+        v["staleness_s"] = max(3 * interval, MIN_STALENESS_S)
+    elif given.get("staleness") is not None and v["staleness_s"] < interval:
         problems.append(f"scrape.staleness: must be at least scrape.interval ({format_duration(interval)}), "
-                        f"got {scrape['staleness']!r}")
+                        f"got {given['staleness']!r}")
 
-    web = section("web")
-    listen = str(web.get("listen_address", DEFAULT_LISTEN))
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        problems.append(f"web.listen_address: {listen!r} is not HOST:PORT (use e.g. :9437 or 127.0.0.1:9437)")
-    elif int(port) > 65535:
-        problems.append(f"web.listen_address: port {port} is out of range (0-65535; 0 = any free port)")
 
-    derive = section("derive")
-    window = duration("derive.window", derive.get("window"), 300.0)
-    if derive.get("window") is not None and window < 2 * interval:
+def _check_derive(window: float, raw: Any, interval: float, problems: list[str]) -> None:
+    if raw is not None and window < 2 * interval:
         problems.append(f"derive.window: must cover at least two scrapes (>= {format_duration(2 * interval)}), "
-                        f"got {derive['window']!r}")
+                        f"got {raw!r}")
 
-    log = section("log")
-    level = choice("log.level", log.get("level"), "info", LOG_LEVELS)
-    fmt = choice("log.format", log.get("format"), "logfmt", LOG_FORMATS)
 
-    th = section("thresholds")
-    defaults = Thresholds()
-    thresholds = Thresholds(
-        watermark=number("thresholds.watermark", th.get("watermark"), defaults.watermark),
-        warning=number("thresholds.warning", th.get("warning"), defaults.warning),
-        target_usage=number("thresholds.target_usage", th.get("target_usage"), defaults.target_usage),
-    )
-    problems.extend(thresholds.problems())
-
-    model = _model(section("model"), problems, number)
-    fc = section("forecast")
-    forecast = ForecastSettings(
-        window_s=duration("forecast.window", fc.get("window"), 600.0),
-        long_windows_s=_long_windows(fc.get("long_windows"), duration, problems),
-        min_samples=number("forecast.min_samples", fc.get("min_samples"), 5, int),
-        min_span_s=duration("forecast.min_span", fc.get("min_span"), 10.0),
-        segment_s=0.0 if fc.get("segment") in (None, 0, "0", "0s") else duration("forecast.segment", fc.get("segment"), 0.0),
-        peak_window_s=duration("forecast.peak_window", fc.get("peak_window"), 3600.0),
-        utilization_min=number("forecast.utilization_min", fc.get("utilization_min"), 0.5),
-        utilization_max=number("forecast.utilization_max", fc.get("utilization_max"), 0.95),
-    )
-    if any(w <= forecast.window_s for w in forecast.long_windows_s):
+def _check_forecast(fc: ForecastSettings, raw: Mapping[str, Any], interval: float, problems: list[str]) -> None:
+    """The forecast settings against each other and the scrape interval."""
+    if any(w <= fc.window_s for w in fc.long_windows_s):
         problems.append(f"forecast.long_windows: each must be longer than forecast.window "
-                        f"({format_duration(forecast.window_s)}), got {fc.get('long_windows')!r}")
-    if not 0 < forecast.utilization_min < forecast.utilization_max <= 1:
+                        f"({format_duration(fc.window_s)}), got {raw.get('long_windows')!r}")
+    if not 0 < fc.utilization_min < fc.utilization_max <= 1:
         problems.append("forecast.utilization_min/utilization_max: need 0 < min < max <= 1 "
-                        f"(got {forecast.utilization_min}, {forecast.utilization_max})")
-    if forecast.min_samples < 2:
-        problems.append(f"forecast.min_samples: must be at least 2, got {forecast.min_samples}")
-    elif forecast.window_s < max(forecast.min_span_s, (forecast.min_samples - 1) * interval):
-        problems.append(f"forecast.window: {format_duration(forecast.window_s)} cannot hold forecast.min_samples "
-                        f"({forecast.min_samples}) scrapes spanning forecast.min_span "
-                        f"({format_duration(forecast.min_span_s)}): the fill rate would never be published")
+                        f"(got {fc.utilization_min}, {fc.utilization_max})")
+    if fc.min_samples < 2:
+        problems.append(f"forecast.min_samples: must be at least 2, got {fc.min_samples}")
+    elif fc.window_s < max(fc.min_span_s, (fc.min_samples - 1) * interval):
+        problems.append(f"forecast.window: {format_duration(fc.window_s)} cannot hold forecast.min_samples "
+                        f"({fc.min_samples}) scrapes spanning forecast.min_span "
+                        f"({format_duration(fc.min_span_s)}): the fill rate would never be published")
 
-    alerts = data.get("alerts") or {}
-    if not isinstance(alerts, dict):
-        problems.append(f"alerts: must be a mapping, got {type(alerts).__name__}")
-        alerts = {}
-    else:
-        from .rules import RuleParams  # the rules generator owns that section's schema
-        problems.extend(RuleParams.from_mapping(alerts)[1])
 
+#: The capacity model's errors name the calculator's flags; the sidecar's fields are these.
+_FIELD_OF_FLAG = {"--model-config": "model.config", "--tensor-parallel-size": "model.tensor_parallel_size",
+                  "--pipeline-parallel-size": "model.pipeline_parallel_size", "--dtype": "model.dtype",
+                  "--gpu-memory": "model.gpu_memory"}
+
+
+def model_problems(model: ModelSettings) -> list[str]:
+    """The capacity model's checks of the ``model:`` section, as config problems (``model.<field>: ...``).
+
+    Loads ``model.config`` and lays the KV cache out for the configured TP/PP/dtype with the pure
+    :mod:`sidecar.capacity` functions, so a tensor-parallel size that does not divide the model's
+    heads (which vLLM refuses too) is reported with every other problem, before anything starts.
+    """
+    if model.config is None:
+        return []
+    try:
+        spec = cap.load_model(model.config)
+        cap.kv_layout(spec, tp=model.tensor_parallel_size, pp=model.pipeline_parallel_size, dtype=model.dtype)
+    except cap.CapacityError as e:
+        flag, sep, rest = str(e).partition(": ")
+        return [f"{_FIELD_OF_FLAG[flag]}: {rest}" if sep and flag in _FIELD_OF_FLAG else f"model: {e}"]
+    return []
+
+
+def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
+    """Validate a merged mapping into a :class:`Config`; every problem at once."""
+    problems: list[str] = []
+    sections = _sections(data, problems)
+    by_section = {name: _read(tuple(s for s in SETTINGS if s.section == name), sections[name], name, problems)
+                  for name in sections}
+    top = {**by_section["web"], **by_section["scrape"], **by_section["derive"], **by_section["log"]}
+    interval = top["scrape_interval_s"]
+    _check_scrape(top, sections["scrape"], problems)
+    _check_derive(top["derive_window_s"], sections["derive"].get("window"), interval, problems)
+
+    thresholds = Thresholds(**by_section["thresholds"])
+    problems.extend(thresholds.problems())
+    model = ModelSettings(**by_section["model"])
+    problems.extend(model_problems(model))
+    forecast = ForecastSettings(**by_section["forecast"])
+    _check_forecast(forecast, sections["forecast"], interval, problems)
+
+    alerts, alert_problems = RuleParams.from_mapping(data.get("alerts") or None)
+    problems.extend(alert_problems)
     targets = _targets(data.get("targets"), interval, problems)
 
     if problems:
         raise ConfigError(problems, source)
-    return Config(
-        targets=tuple(targets), listen_address=listen, scrape_interval_s=interval, staleness_s=staleness,
-        derive_window_s=window, log_level=level, log_format=fmt, thresholds=thresholds, model=model,
-        forecast=forecast, alerts=alerts,
-    )
+    return Config(targets=tuple(targets), thresholds=thresholds, model=model, forecast=forecast, alerts=alerts,
+                  **top)
 
 
-def _long_windows(value: Any, duration, problems: list[str]) -> tuple[float, ...]:
-    """``forecast.long_windows``: a YAML list of durations or a comma-separated string; ``[]`` turns them off."""
-    if value is None:
-        return ForecastSettings.long_windows_s
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list):
-        problems.append(f"forecast.long_windows: must be a list of durations such as [20m, 40m], got {value!r}")
-        return ForecastSettings.long_windows_s
-    windows = [duration(f"forecast.long_windows[{i}]", item.strip() if isinstance(item, str) else item, 0.0)
-               for i, item in enumerate(items) if not (isinstance(item, str) and not item.strip())]
-    return tuple(sorted(set(w for w in windows if w > 0)))
+# ----------------------------------------------------------------------------- targets
 
 
-def _model(m: dict[str, Any], problems: list[str], number) -> ModelSettings:
-    tp = number("model.tensor_parallel_size", m.get("tensor_parallel_size"), 1, int)
-    pp = number("model.pipeline_parallel_size", m.get("pipeline_parallel_size"), 1, int)
-    for name, v in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
-        if v < 1:
-            problems.append(f"model.{name}: must be at least 1, got {v}")
-    path = m.get("config")
-    if path is not None and not Path(str(path)).exists():
-        problems.append(f"model.config: {path!r} does not exist (give a config.json or a model directory holding one)")
-    elif path is not None and Path(str(path)).is_dir() and not (Path(str(path)) / "config.json").is_file():
-        problems.append(f"model.config: directory {path!r} holds no config.json")
-    gpu = m.get("gpu_memory")
-    if gpu is not None:
-        try:
-            from .capacity import CapacityError, parse_memory  # the capacity model owns GPU names
-        except ImportError:  # pragma: no cover - capacity package is part of the distribution
-            parse_memory, CapacityError = None, ValueError
-        if parse_memory is not None:
-            try:
-                parse_memory(str(gpu), name="model.gpu_memory")
-            except (CapacityError, ValueError) as e:
-                problems.append(str(e))
-    dtype = m.get("dtype")
-    sizes: dict[str, int | None] = {}
-    for name in ("weights_memory", "activation_memory", "non_torch_memory", "cudagraph_memory"):
-        sizes[name] = None
-        if m.get(name) is not None:
-            try:
-                sizes[name] = parse_size(m[name])
-            except ValueError as e:
-                problems.append(f"model.{name}: {e}")
-    return ModelSettings(config=None if path is None else str(path), dtype=None if dtype is None else str(dtype),
-                         tensor_parallel_size=tp, pipeline_parallel_size=pp,
-                         gpu_memory=None if gpu is None else str(gpu), **sizes)
+def _default_name(url: str, i: int) -> str:
+    """The ``target`` label when none is given: the URL's host:port, else ``target<i>``."""
+    try:
+        parsed = urlparse(url)
+        host = parsed.hostname
+        return host + (f":{parsed.port}" if parsed.port else "") if host else f"target{i}"
+    except ValueError:  # a port out of range; the URL's own problem is reported already
+        return f"target{i}"
+
+
+def _target(item: Any, i: int, interval: float, problems: list[str]) -> TargetConfig | None:
+    """One entry of ``targets:`` (a URL or a mapping), every problem appended."""
+    where = f"targets[{i}]"
+    if isinstance(item, str):
+        item = {"url": item}
+    if not isinstance(item, dict):
+        problems.append(f"{where}: must be a URL or a mapping with 'url', got {type(item).__name__}")
+        return None
+    for key in item:
+        if key not in _TARGET_KEYS:
+            problems.append(f"{where}.{key}: unknown field{_did_you_mean(str(key), _TARGET_KEYS)}")
+    tls = item.get("tls") or {}
+    if not isinstance(tls, dict):
+        problems.append(f"{where}.tls: must be a mapping with {', '.join(_TLS_KEYS)}")
+        item = {**item, "tls": {}}
+    else:
+        for key in tls:
+            if key not in _TLS_KEYS:
+                problems.append(f"{where}.tls.{key}: unknown field{_did_you_mean(str(key), _TLS_KEYS)}")
+    v = _read(TARGET_SETTINGS, item, where, problems)
+    v["name"] = v["name"] or _default_name(v["url"] or "", i)
+    if v["timeout_s"] is None:
+        v["timeout_s"] = default_timeout(interval)
+    elif v["timeout_s"] >= interval:
+        # equal is not enough: parsing adds to the exchange, and the next scrape would be skipped
+        problems.append(f"{where}.timeout: {item['timeout']!r} is not shorter than scrape.interval "
+                        f"({format_duration(interval)}); scrapes would overlap and every other one "
+                        f"be skipped (use less than the interval, e.g. {format_duration(default_timeout(interval))})")
+    v["url"] = v["url"] or ""
+    return TargetConfig(**v)
 
 
 def _targets(raw: Any, interval: float, problems: list[str]) -> list[TargetConfig]:
+    """The ``targets:`` list (default: vLLM in the same pod); names must be unique."""
     if raw is None:
         raw = [DEFAULT_TARGET]
     if not isinstance(raw, list) or not raw:
         problems.append("targets: must be a non-empty list of URLs or mappings with at least 'url'")
         return []
-    default_timeout = min(0.8 * interval, MAX_DEFAULT_TIMEOUT_S)
     out: list[TargetConfig] = []
     names: set[str] = set()
     for i, item in enumerate(raw):
-        where = f"targets[{i}]"
-        if isinstance(item, str):
-            item = {"url": item}
-        if not isinstance(item, dict):
-            problems.append(f"{where}: must be a URL or a mapping with 'url', got {type(item).__name__}")
+        target = _target(item, i, interval, problems)
+        if target is None:
             continue
-        for key in item:
-            if key not in _TARGET_KEYS:
-                problems.append(f"{where}.{key}: unknown field{_did_you_mean(str(key), _TARGET_KEYS)}")
-        url = str(item.get("url", ""))
-        parsed = urlparse(url)
-        if not url:
-            problems.append(f"{where}.url: missing (e.g. {DEFAULT_TARGET})")
-        elif parsed.scheme not in ("http", "https") or not parsed.netloc:
-            hint = f"http://{url}" if "://" not in url else DEFAULT_TARGET
-            if "://" not in url and ":" not in url and "/" not in url:
-                hint = f"http://{url}:8000/metrics"
-            problems.append(f"{where}.url: not an http(s) URL: {url!r} (did you mean {hint}?)")
-        if parsed.username or parsed.password:
-            problems.append(f"{where}.url: credentials in the URL would end up in labels and logs "
-                            f"(remove user:password@ and use {where}.bearer_token_file)")
-        default_name = parsed.hostname + (f":{parsed.port}" if parsed.port else "") if parsed.hostname else ""
-        name = str(item.get("name") or default_name or f"target{i}")
-        if name in names:
-            problems.append(f"{where}.name: {name!r} is used by another target (names must be unique)")
-        names.add(name)
-        timeout = default_timeout
-        if item.get("timeout") is not None:
-            try:
-                timeout = parse_duration(item["timeout"])
-                if timeout <= 0:
-                    raise ValueError(f"must be greater than 0s, got {item['timeout']!r}")
-                if timeout >= interval:
-                    # equal is not enough: parsing adds to the exchange, and the next scrape would be skipped
-                    problems.append(f"{where}.timeout: {item['timeout']!r} is not shorter than scrape.interval "
-                                    f"({format_duration(interval)}); scrapes would overlap and every other one "
-                                    f"be skipped (use less than the interval, e.g. {format_duration(default_timeout)})")
-            except ValueError as e:
-                problems.append(f"{where}.timeout: {e}")
-        limit = DEFAULT_BODY_LIMIT
-        if item.get("body_size_limit") is not None:
-            try:
-                limit = parse_size(item["body_size_limit"])
-                if limit <= 0:
-                    raise ValueError(f"must be positive, got {item['body_size_limit']!r}")
-            except ValueError as e:
-                problems.append(f"{where}.body_size_limit: {e}")
-        engine = str(item.get("engine", "vllm")).lower()
-        if engine not in ENGINES:
-            problems.append(f"{where}.engine: {engine!r} is not supported (supported: {', '.join(ENGINES)})")
-        token_file = item.get("bearer_token_file")
-        if token_file is not None and not os.path.isfile(str(token_file)):
-            problems.append(f"{where}.bearer_token_file: {token_file!r} is not a readable file "
-                            "(mount the token as a file; tokens are never given inline)")
-        elif token_file is not None:
-            try:
-                read_bearer_token(str(token_file))
-            except ValueError as e:
-                problems.append(f"{where}.bearer_token_file: {e}")
-        tls = item.get("tls") or {}
-        if not isinstance(tls, dict):
-            problems.append(f"{where}.tls: must be a mapping with {', '.join(_TLS_KEYS)}")
-            tls = {}
-        for key in tls:
-            if key not in _TLS_KEYS:
-                problems.append(f"{where}.tls.{key}: unknown field{_did_you_mean(str(key), _TLS_KEYS)}")
-        ca = tls.get("ca_file")
-        if ca is not None and not os.path.isfile(str(ca)):
-            problems.append(f"{where}.tls.ca_file: {ca!r} is not a readable file")
-        insecure = tls.get("insecure_skip_verify", False)
-        if not isinstance(insecure, bool):
-            problems.append(f"{where}.tls.insecure_skip_verify: must be true or false, got {insecure!r}")
-            insecure = False
-        clock = str(item.get("clock", "wall"))
-        if clock not in CLOCKS:
-            problems.append(f"{where}.clock: {clock!r} is not one of {', '.join(CLOCKS)}")
-        out.append(TargetConfig(name=name, url=url, engine=engine, timeout_s=timeout, body_size_limit_bytes=limit,
-                                bearer_token_file=None if token_file is None else str(token_file),
-                                tls_insecure_skip_verify=insecure, tls_ca_file=None if ca is None else str(ca),
-                                clock=clock))
+        if target.name in names:
+            problems.append(f"targets[{i}].name: {target.name!r} is used by another target (names must be unique)")
+        names.add(target.name)
+        out.append(target)
     return out
 
 
 def load_config(path: str | None = None, *, env: Mapping[str, str] | None = None,
                 flags: Mapping[tuple[str, str], Any] | None = None,
-                flag_targets: list[str] | None = None) -> Config:
-    """Read, merge and validate; raises :class:`ConfigError` listing every problem."""
+                flag_targets: Sequence[str | Mapping[str, Any]] | None = None) -> Config:
+    """Read, merge and validate; raises :class:`ConfigError` listing every problem.
+
+    ``flag_targets`` are ``--target`` URLs, or whole ``targets:`` entries (replays use those).
+    """
     file_data = read_yaml(path) if path else {}
     origins: dict[str, str] = {}
     merged = merge_overrides(file_data, os.environ if env is None else env, flags or {}, flag_targets, origins)

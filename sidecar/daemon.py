@@ -18,9 +18,9 @@ import signal
 import socket
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry
@@ -53,6 +53,8 @@ class Sidecar:
         self.extenders = extenders
         history_s = config.derive_window_s  # the forecast layer keeps its own, lighter, demand series
         self.states = [TargetState(target=t, history_s=history_s) for t in config.targets]
+        # The collector describes its families (the catalogue), so registering a second collector that
+        # exports one of those names fails; auto_describe only matters for collectors without describe().
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SidecarCollector(self.states, staleness_s=config.staleness_s, clock=clock))
         self._clients = {t.name: make_client(t) for t in config.targets}
@@ -93,13 +95,14 @@ class Sidecar:
         """What the daemon makes of a fetched body: decode, pre-filtered parse, normalise.
 
         Raises :class:`ScrapeFailed` (``empty``, ``invalid_text``, ``no_engine_metrics``).
-        Public so that replays (``bench/replay.py``) run exactly this code.
+        Public so that replays (:mod:`sidecar.replay`) run exactly this code.
         """
         target = state.target
         if not body.strip():
             raise ScrapeFailed("empty", "200 with an empty body")
         try:
-            scrape = adapter(target.engine).normalise(self._parsers[target.name].samples(parse.decode(body)))
+            samples = self._parsers[target.name].samples(parse.decode(body))
+            scrape: EngineScrape | None = adapter(target.engine).normalise(samples)
         except parse.InvalidText as e:
             raise ScrapeFailed("invalid_text", str(e)) from None
         if scrape is None:
@@ -141,7 +144,7 @@ def _handler(sidecar: Sidecar, ready: Callable[[], bool]) -> type[BaseHTTPReques
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                encoder, content_type = choose_encoder(self.headers.get("Accept"))
+                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
                 self._send(200, encoder(sidecar.registry), content_type)
             elif path == "/healthz":
                 ok, why = sidecar.healthy()
@@ -200,7 +203,7 @@ async def serve(config: Config, extenders: tuple[Extender, ...] = (),
             pass
     server = start_http(sidecar, ready=lambda: True)
     host, port = server.server_address[:2]
-    url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/metrics"
+    url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host!s}:{port}/metrics"
     log.info("listening address=%s:%s version=%s targets=%s", host, port, __version__,
              ",".join(t.name for t in config.targets))
     if on_listening:
@@ -210,7 +213,7 @@ async def serve(config: Config, extenders: tuple[Extender, ...] = (),
         "coalesce": True, "max_instances": 1, "misfire_grace_time": max(1, int(config.scrape_interval_s))})
     for st in sidecar.states:
         scheduler.add_job(sidecar.scrape_once, "interval", args=[st], seconds=config.scrape_interval_s,
-                          id=f"scrape:{st.target.name}", next_run_time=datetime.now(timezone.utc))
+                          id=f"scrape:{st.target.name}", next_run_time=datetime.now(UTC))
     scheduler.start()
     try:
         await stop.wait()

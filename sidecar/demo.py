@@ -16,14 +16,14 @@ import asyncio
 import sys
 from importlib import resources
 
-from .config import ConfigError, build_config
+from .config import ConfigError, build_config, print_config_errors
 from .generations import Generation
 
 BUNDLED_MODEL = "llama-3.1-8b.config.json"
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("demo", help="run the simulator and the sidecar together (what `make run` does)",
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subparsers.add_parser("demo", help="run the simulator and the sidecar together (what `make run` does)",
                               description=__doc__.splitlines()[0])
     p.add_argument("--scenario", default="ramp-10m", help="simulator scenario (default: ramp-10m; "
                    "`kv-sidecar simulate --list-scenarios` lists them)")
@@ -37,9 +37,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cli import print_config_errors, setup_logging
     from .daemon import serve
     from .layers import build_extenders
+    from .logs import setup_logging
     from .simulator import SCENARIOS, SimConfig, Simulator
     from .simulator.server import SimServer
 

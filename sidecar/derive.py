@@ -9,8 +9,8 @@ and a partly filled block counts as used.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from .observation import Observation
 
@@ -124,7 +124,7 @@ def counter_increase(points: Sequence[tuple[float, float]]) -> float:
     ``rate()`` semantics), so a vLLM restart never yields a negative or huge value.
     """
     total = 0.0
-    for (_, prev), (_, cur) in zip(points, points[1:]):
+    for (_, prev), (_, cur) in zip(points, points[1:], strict=False):
         total += cur - prev if cur >= prev else cur
     return total
 
@@ -144,7 +144,7 @@ def prefix_cache_hit_ratio(samples: Sequence[tuple[float, Observation]]) -> floa
     V0 exports only ``vllm:gpu_prefix_cache_hit_rate`` (a block hit rate, −1 when
     prefix caching is off): used as is when it is all there is. None when prefix
     caching is disabled (``enable_prefix_caching="False"``) or nothing was queried.
-    Source: ``docs/usage/metrics.md``; reference vllm-metrics.md §0.
+    Source: vLLM's ``docs/usage/metrics.md``; docs/vllm-metrics.md ("Prefix-cache counters").
     """
     if not samples:
         return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -26,13 +26,13 @@ from .metrics import BY_NAME, CATALOGUE
 from .state import TargetState
 
 
-def _family(name: str, extra_labels: Sequence[str] = ()) -> Metric:
+def _family(name: str) -> CounterMetricFamily | GaugeMetricFamily:
+    """An empty family for one catalogue row (sidecar.metrics.CATALOGUE)."""
     doc = BY_NAME[name]
     labels = list(doc.labels)
     if doc.type == "counter":
         return CounterMetricFamily(name.removesuffix("_total"), doc.help, labels=labels)
-    if doc.type == "info":
-        return GaugeMetricFamily(name, doc.help, labels=labels)  # value 1, information in labels
+    # gauges, and info series: gauges of value 1 with the information in their labels
     return GaugeMetricFamily(name, doc.help, labels=labels)
 
 
@@ -44,7 +44,13 @@ class SidecarCollector(Collector):
         self._clock = clock
 
     def describe(self) -> Iterable[Metric]:
-        return []  # unchecked collector: families are built per scrape
+        """Every family of the catalogue, empty (collect() fills them per scrape).
+
+        ``CollectorRegistry.register`` reads the names from here, so a registry refuses a second
+        collector that exports any of them (``ValueError: Duplicated timeseries``) instead of
+        serving two series of the same name.
+        """
+        return [_family(m.name) for m in CATALOGUE]
 
     def collect(self) -> Iterator[Metric]:
         now = self._clock()

@@ -2,8 +2,8 @@
 
 One enum, shared by the engine adapter (which detects the generation of a
 scrape) and the simulator (which renders a chosen generation). Sources:
-``../shared/reference/vllm-metrics.md`` §0-§1 (vLLM PRs #18354, #24245,
-#29330, #42206).
+vLLM PRs #18354, #24245, #29330, #42206; explained in ``docs/vllm-metrics.md``
+("Metric generations").
 
 =====================  ==========================================================
 generation             what identifies it

@@ -1,9 +1,10 @@
 """The catalogue of every metric the sidecar exports: one row each.
 
-The exporter builds its families from these rows (name, type, HELP), the
-README's metric table is generated from them (``kv-sidecar docs metrics``),
-and ``tests/test_metric_docs.py`` fails when the README, this table and what
-the exporter actually emits disagree.
+The exporter builds its families from these rows (name, type, HELP),
+``docs/metrics.md`` and the README's short table of :data:`ONCALL` are
+generated from them (``make generate``; ``kv-sidecar docs`` prints the full
+table), and ``tests/test_metric_docs.py`` fails when the docs, this table and
+what the exporter actually emits disagree.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class MetricDoc:
 
 
 CATALOGUE: tuple[MetricDoc, ...] = (
-    # --- capacity from vLLM's own signals (issue 2) ---
+    # --- capacity from vLLM's own signals (always) ---
     MetricDoc("kvcache_usage_ratio", "gauge", "ratio", KEY,
               "KV-cache usage 0-1: blocks held by running requests / usable blocks (vllm:kv_cache_usage_perc "
               "or vllm:gpu_cache_usage_perc).",
@@ -74,7 +75,7 @@ CATALOGUE: tuple[MetricDoc, ...] = (
     MetricDoc("kvcache_engine_asleep", "gauge", "bool", KEY,
               "1 while the engine sleeps (vllm:engine_sleep_state other than awake), else 0.",
               "Forecasts and over-provisioning advice are suppressed while asleep."),
-    # --- the capacity model (issue 4; only with model.config) ---
+    # --- the capacity model (only with model.config; docs/capacity.md) ---
     MetricDoc("kvcache_theoretical_bytes_per_token", "gauge", "bytes", KEY,
               "KV bytes one token costs per rank from config.json: 2 x layers x kv_heads x head_dim x dtype bytes "
               "(MLA: layers x 576 x bytes; hybrids: the full-attention layers that grow with context).",
@@ -88,9 +89,10 @@ CATALOGUE: tuple[MetricDoc, ...] = (
               "vLLM's actual capacity / the theoretical one.",
               "Off 1 by >20% with budget=exact: config drift (dtype, TP, draft layers, num_gpu_blocks_override)."),
     MetricDoc("kvcache_model_info", "info", "", KEY + ("architecture", "attention", "kv_dtype", "tp", "pp"),
-              "1, labelled with the model's architecture, attention kind (mha/gqa/mqa/mla/hybrid), KV dtype, TP and PP.",
+              "1, labelled with the model's architecture, attention kind (mha/gqa/mqa/mla/hybrid), KV dtype, "
+              "TP and PP.",
               "Check after a model or flag change that the sidecar's model section still matches vLLM."),
-    # --- forecast and advice (issue 5) ---
+    # --- forecast and advice (docs/forecast.md) ---
     MetricDoc("kvcache_demand_tokens", "gauge", "tokens", KEY,
               "KV the current work needs: used tokens, plus what requests waiting for capacity would take when "
               "usage is at or above the watermark (queueing by max_num_seqs or the token budget at low usage "
@@ -166,11 +168,33 @@ CATALOGUE: tuple[MetricDoc, ...] = (
 
 BY_NAME = {m.name: m for m in CATALOGUE}
 
+#: The ten gauges on-call reads first, in reading order (the README's short table).
+ONCALL = (
+    "kvcache_usage_ratio",
+    "kvcache_watermark_headroom_tokens",
+    "kvcache_free_tokens",
+    "kvcache_time_until_full_seconds",
+    "kvcache_preemptions_per_second",
+    "kvcache_requests_waiting",
+    "kvcache_suggested_gpu_memory_utilization",
+    "kvcache_recommendation_info",
+    "kvcache_prefix_cache_hit_ratio",
+    "kvcache_sidecar_target_up",
+)
+
 
 def markdown_table() -> str:
-    """The README's metric table."""
+    """The full metric table of ``docs/metrics.md`` (what ``kv-sidecar docs`` prints)."""
     lines = ["| name | type | unit | labels | meaning | when it moves |", "|---|---|---|---|---|---|"]
     for m in CATALOGUE:
         labels = ", ".join(f"`{label}`" for label in m.labels)
         lines.append(f"| `{m.name}` | {m.type} | {m.unit} | {labels} | {m.help} | {m.action} |")
+    return "\n".join(lines) + "\n"
+
+
+def oncall_table() -> str:
+    """The README's short table: the :data:`ONCALL` gauges with their meaning and what to do."""
+    lines = ["| gauge | unit | meaning | when it moves |", "|---|---|---|---|"]
+    for m in (BY_NAME[name] for name in ONCALL):
+        lines.append(f"| `{m.name}` | {m.unit} | {m.help} | {m.action} |")
     return "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
 """Replay a simulated vLLM through the daemon's own code, in simulated time.
 
-Used by ``bench/forecast.py`` and ``tests/forecast_validation``. Each
+Used by :mod:`sidecar.forecast_validation` (hence ``bench/forecast.py``) and
+``tests/forecast_validation``. Each
 :meth:`Replay.step` renders the simulator's ``/metrics`` body and runs the
 three calls :meth:`sidecar.daemon.Sidecar.scrape_once` makes after its HTTP
 fetch, with nothing changed:
@@ -32,12 +33,13 @@ the same gauges.
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from .config import Config, load_config
 from .daemon import Sidecar
 from .generations import Generation
 from .layers import build_extenders
+from .observation import EngineScrape
 from .simulator import Simulator
 from .state import ingest_failure
 
@@ -72,7 +74,7 @@ def replay_config(*, window: str | None = None, segment: str | None = None, min_
                        flag_targets=[{"name": TARGET, "url": REPLAY_URL, "clock": "simulated"}])
 
 
-def scrape_body(body: bytes, reader: "BodyReader"):
+def scrape_body(body: bytes, reader: BodyReader) -> EngineScrape:
     """What ``Sidecar.scrape_once`` makes of a fetched body (``Sidecar.read_body``)."""
     return reader.read(body)
 
@@ -84,7 +86,7 @@ class BodyReader:
         self._sidecar = Sidecar(config or replay_config())
         self._state = self._sidecar.states[0]
 
-    def read(self, body: bytes):
+    def read(self, body: bytes) -> EngineScrape:
         return self._sidecar.read_body(self._state, body)
 
 
@@ -110,7 +112,7 @@ class Pipeline:
         self.labels = {"target": self.state.target.name, "model_name": model_name, "engine": "0"}
         self._page: dict[tuple[str, tuple[tuple[str, str], ...]], float] | None = None
 
-    def ingest(self, t: float, scrape) -> None:
+    def ingest(self, t: float, scrape: EngineScrape | None) -> None:
         """One scrape at simulated time ``t``; ``scrape`` None = the target was down (HTTP 503)."""
         self.now = t
         self._page = None
@@ -147,7 +149,7 @@ class Replay:
     def now(self) -> float:
         return self.sim.now
 
-    def scrape(self):
+    def scrape(self) -> EngineScrape | None:
         """The simulator's page at its current time as the daemon parses it; None while it is down."""
         if not self.sim.up:
             return None
@@ -160,7 +162,7 @@ class Replay:
         return scrape is not None
 
     def run_until(self, end_s: float, *, every: float = 5.0,
-                  on_sample: Callable[["Replay"], None] | None = None) -> None:
+                  on_sample: Callable[[Replay], None] | None = None) -> None:
         """Advance and scrape every ``every`` simulated seconds up to ``end_s`` (inclusive)."""
         start, n = self.sim.now, 0
         while True:

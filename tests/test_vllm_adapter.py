@@ -79,7 +79,7 @@ def test_shared_032_captures_are_not_hybrid_despite_mamba_default_labels(path):
     assert not is_hybrid(cc)
 
 
-# vLLM 0.11.0's label set (reference vllm-metrics.md §1.3, vllm issue #28924), values of a plain model.
+# vLLM 0.11.0's label set (vLLM issue #28924; docs/vllm-metrics.md, "vllm:cache_config_info"), values of a plain model.
 LABELS_0_11 = {
     "block_size": "16", "cache_dtype": "auto", "calculate_kv_scales": "False", "cpu_kvcache_space_bytes": "None",
     "cpu_offload_gb": "0", "enable_prefix_caching": "True", "gpu_memory_utilization": "0.9",

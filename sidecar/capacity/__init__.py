@@ -49,6 +49,6 @@ __all__ = [
     "cudagraph_estimate_bytes", "estimate_budget", "exact_budget", "get_pp_indices", "gpu_memory_bytes",
     "inflection_context_length", "kv_layout", "layer_kinds", "load_model", "logged_capacity_tokens",
     "max_concurrency", "non_torch_estimate_bytes", "num_blocks", "parameter_counts", "parse_memory",
-    "parse_version", "request_kv_bytes", "required_kv_cache_memory_bytes", "required_utilization", "resolve_text_config",
-    "served_dtype", "spec_from_dict", "usable_concurrency", "usable_tokens", "weights_bytes",
+    "parse_version", "request_kv_bytes", "required_kv_cache_memory_bytes", "required_utilization",
+    "resolve_text_config", "served_dtype", "spec_from_dict", "usable_concurrency", "usable_tokens", "weights_bytes",
 ]

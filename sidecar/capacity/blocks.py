@@ -3,17 +3,17 @@
 Sources: ``vllm/v1/core/kv_cache_utils.py`` (``get_num_blocks``,
 ``get_max_concurrency_for_kv_cache_config``, ``get_kv_cache_capacity``),
 ``vllm/v1/kv_cache_interface.py`` (``max_memory_usage_bytes`` per spec),
-``vllm/v1/core/block_pool.py`` (block 0 is the null block); summarised in
-``../shared/reference/kv-capacity.md`` §A3, §A4, §A9.
+``vllm/v1/core/block_pool.py`` (block 0 is the null block); explained in
+``docs/capacity.md`` ("From a budget to blocks, tokens and concurrency").
 """
 
 from __future__ import annotations
 
 from .errors import CapacityError
-from .layout import KVGroup, KVLayout, cdiv
+from .layout import KVGroup, KVLayout, request_blocks
 
-#: First release with the per-group concurrency rule (PR #19029, June 2025;
-#: the reference pins it only to "after ~v0.9.0").
+#: First release with the per-group concurrency rule (PR #19029, merged June 2025;
+#: its first release is known only as "after v0.9.0").
 PER_GROUP_CONCURRENCY_SINCE = (0, 9, 1)
 #: First release whose tokens line is ``num_blocks // groups × block_size`` (~v0.10).
 GROUPED_TOKENS_LINE_SINCE = (0, 10, 0)
@@ -87,14 +87,7 @@ def blocks_per_request(group: KVGroup, layout: KVLayout, request_tokens: int, ma
     chunked local ``cdiv(min(chunk + mbt, L), bs)``; linear / mamba state 1
     (``mamba_cache_mode`` none).
     """
-    bs, mbt = layout.block_size, max_num_batched_tokens
-    if group.kind == "sliding":
-        return cdiv(min(group.window - 1 + mbt, request_tokens), bs) + 1
-    if group.kind == "chunked":
-        return cdiv(min(group.window + mbt, request_tokens), bs)
-    if group.kind == "linear":
-        return 1
-    return cdiv(request_tokens, bs)
+    return request_blocks(group.kind, group.window, request_tokens, layout.block_size, max_num_batched_tokens)
 
 
 def max_concurrency(
@@ -121,9 +114,17 @@ def max_concurrency(
     return num_blocks / per_request
 
 
-def usable_concurrency(layout: KVLayout, num_blocks: int, request_tokens: int, **kwargs) -> int:
+def usable_concurrency(
+    layout: KVLayout,
+    num_blocks: int,
+    request_tokens: int,
+    *,
+    max_num_batched_tokens: int | None = None,
+    version: str | tuple[int, ...] | None = None,
+) -> int:
     """Whole requests of ``request_tokens`` that fit once the null block is taken out."""
-    return int(max_concurrency(layout, max(0, num_blocks - 1), request_tokens, **kwargs))
+    return int(max_concurrency(layout, max(0, num_blocks - 1), request_tokens,
+                               max_num_batched_tokens=max_num_batched_tokens, version=version))
 
 
 def logged_capacity_tokens(
@@ -135,7 +136,8 @@ def logged_capacity_tokens(
 ) -> int:
     """The ``GPU KV cache size: N tokens`` figure (and vLLM 0.21+'s ``kv_cache_size_tokens``).
 
-    By version (kv-capacity.md §A4): ≤ 0.9 ``num_blocks × block_size``;
+    By version (``_report_kv_cache_config`` in ``vllm/v1/core/kv_cache_utils.py``;
+    docs/capacity.md, "The tokens line across versions"): ≤ 0.9 ``num_blocks × block_size``;
     0.10–0.20 ``num_blocks // num_groups × block_size``; 0.21+
     ``int(max_concurrency × max_model_len)`` (``get_kv_cache_capacity``).
     For full-attention models all three agree when ``max_model_len`` is a
@@ -157,7 +159,7 @@ def request_kv_bytes(layout: KVLayout, request_tokens: int, *, max_num_batched_t
     holding one token-slice of ``group_size`` layers (padding layers
     included, as vLLM allocates them). For a full-attention model this is
     ``bytes_per_token × request_tokens`` rounded up to a block: Llama-3-8B at
-    4,096 tokens -> 0.5 GiB (seed 000's table).
+    4,096 tokens -> 0.5 GiB (docs/capacity.md, "Worked examples").
     """
     mbt = layout.max_num_batched_tokens if max_num_batched_tokens is None else max_num_batched_tokens
     blocks = sum(blocks_per_request(g, layout, request_tokens, mbt) for g in layout.groups)

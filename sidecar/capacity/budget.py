@@ -3,11 +3,11 @@
 ``available ≈ total × gpu_memory_utilization − weights − activation peak −
 non-torch memory (− CUDA-graph estimate from vLLM 0.21)``, per rank
 (``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory``;
-``../shared/reference/kv-capacity.md`` §A2, §A8).
+``docs/capacity.md``, "The budget").
 
 ``gpu_memory_utilization`` is a fraction of the GPU's TOTAL memory, not of
-what is left after the weights (seed 000 gets this wrong: it says 90% of
-"total − weights − overhead" goes to the KV pool).
+what is left after the weights (a common reading gets this wrong: that 90% of
+"total − weights − overhead" goes to the KV pool; docs/capacity.md, "The budget").
 
 The weights term is exact when ``model.safetensors.index.json`` is present,
 otherwise computed from the config's shapes. The activation, non-torch and
@@ -18,15 +18,16 @@ each can be overridden with a measured value.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, TypedDict
 
+from ..units import parse_size
 from .blocks import CUDAGRAPH_BUDGET_SINCE, parse_version
 from .config import ModelSpec
 from .dtypes import dtype_bytes, served_dtype
 from .errors import CapacityError
 from .layout import KVLayout, get_pp_indices
-from ..units import parse_size
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -42,7 +43,7 @@ GPU_TOTAL_GIB: dict[str, float] = {
     "A100-40GB": 39.39,   # vLLM "Free memory on device cuda:0 (3.71/39.39 GiB)"
     "L4": 22.05,          # vLLM CI (L4) in pytorch/pytorch#175666 "(19.77/22.05 GiB)"
     "A10G": 22.19,        # PyTorch OOM "22.19 GiB total capacity" on AWS A10G
-    "RTX-4090": 23.65,    # seed 000's OOM message "23.65 GiB total capacity" (a 24 GB card)
+    "RTX-4090": 23.65,    # PyTorch OOM message "23.65 GiB total capacity" (a 24 GB card)
     "RTX-3090": 23.69,    # PyTorch OOM "23.69 GiB total capacity"
     "T4": 14.75,          # PyTorch OOM "14.75 GiB total capacity" (Colab T4)
     "V100-16GB": 15.77,   # PyTorch OOM "15.77 GiB total capacity"
@@ -188,7 +189,7 @@ def weights_bytes(spec: ModelSpec, *, tp: int = 1, pp: int = 1, dtype: str | Non
     of layers. Otherwise parameter counts (``parameter_counts``) × the served
     dtype's bytes, with quantized linear layers at their bits per weight.
     Checked against vLLM's "Model loading took X GiB": Llama-3.1-8B bf16
-    14.99 GiB (kv-capacity.md §A8).
+    14.99 GiB (docs/capacity.md, "The budget").
     """
     stage_share = _largest_stage_share(spec.num_layers, pp)
     if spec.safetensors_total_bytes:
@@ -197,6 +198,7 @@ def weights_bytes(spec: ModelSpec, *, tp: int = 1, pp: int = 1, dtype: str | Non
     weight_b = dtype_bytes(served_dtype(spec.config_dtype, dtype))
     bits, experts_only = _quant_bits(spec.quantization)
     linear = counts["attention"] + counts["mlp"] + counts["experts"]
+    layer_bytes: float
     if bits is None:
         layer_bytes = linear * weight_b
     elif experts_only:
@@ -209,7 +211,9 @@ def weights_bytes(spec: ModelSpec, *, tp: int = 1, pp: int = 1, dtype: str | Non
 
 # --------------------------------------------------------- other memory terms
 
-def activation_estimate_bytes(spec: ModelSpec, layout: KVLayout, max_num_batched_tokens: int, max_num_seqs: int = 256) -> int:
+def activation_estimate_bytes(
+    spec: ModelSpec, layout: KVLayout, max_num_batched_tokens: int, max_num_seqs: int = 256
+) -> int:
     """Estimated torch peak of vLLM's profiling run (``profile_run``).
 
     The dummy forward pass over ``max_num_batched_tokens`` tokens keeps about
@@ -217,12 +221,13 @@ def activation_estimate_bytes(spec: ModelSpec, layout: KVLayout, max_num_batched
     op) in the served dtype, and the dummy sampler over ``max_num_seqs``
     requests holds about three fp32 vocab-wide tensors (logits, probs,
     sorted). It lands in the 0.2–1.5 GiB range vLLM logs show at
-    ``max_num_batched_tokens`` 2048 for ≤ 8B models (kv-capacity.md §A8),
+    ``max_num_batched_tokens`` 2048 for ≤ 8B models (docs/capacity.md, "The budget"),
     which is this term's source; it is the main error of the estimate, so
     pass the measured "peak activation" when you have it.
     """
     t = spec.text
-    width = int(t.get("moe_intermediate_size") or 0) * int(t.get("num_experts_per_tok") or 0) or int(spec.intermediate_size or 0)
+    moe_width = int(t.get("moe_intermediate_size") or 0) * int(t.get("num_experts_per_tok") or 0)
+    width = moe_width or int(spec.intermediate_size or 0)
     act_b = dtype_bytes(layout.served_dtype)
     forward = max_num_batched_tokens * (2 * spec.hidden_size + 2 * width // layout.tp) * act_b * 2
     sampler = max_num_seqs * int(spec.vocab_size or 0) * 4 * 3
@@ -233,7 +238,7 @@ def non_torch_estimate_bytes(layout: KVLayout) -> int:
     """Estimated non-torch memory (CUDA context extras, cuBLAS workspaces, NCCL buffers).
 
     0.03–0.6 GiB in real logs, growing with tensor parallelism and custom
-    all-reduce (kv-capacity.md §A8): 0.15 GiB on one GPU, 0.5 GiB with TP/PP.
+    all-reduce (docs/capacity.md, "The budget"): 0.15 GiB on one GPU, 0.5 GiB with TP/PP.
     """
     return int(0.15 * GiB) if layout.tp * layout.pp == 1 else int(0.5 * GiB)
 
@@ -241,7 +246,8 @@ def non_torch_estimate_bytes(layout: KVLayout) -> int:
 def cudagraph_estimate_bytes(layout: KVLayout) -> int:
     """Estimated CUDA-graph memory vLLM ≥ 0.21 subtracts before sizing the KV cache.
 
-    Logs show 0.36–5 GiB (kv-capacity.md §A2/§A8); it grows with the number
+    vLLM logs "Estimated CUDA graph memory" of 0.36–5 GiB (``profile_cudagraph_memory`` in
+    ``vllm/v1/worker/gpu_model_runner.py``); it grows with the number
     of layers captured. 16 MiB per layer on the rank, at least 0.36 GiB.
     """
     return max(int(0.36 * GiB), layout.layers_per_rank * 16 * MiB)
@@ -265,8 +271,14 @@ class Budget:
 
 def exact_budget(kv_cache_memory_bytes: int) -> Budget:
     """A budget given as ``--kv-cache-memory-bytes`` (vLLM then ignores the utilization)."""
-    if isinstance(kv_cache_memory_bytes, bool) or not isinstance(kv_cache_memory_bytes, int) or kv_cache_memory_bytes <= 0:
-        raise CapacityError(f"--kv-cache-memory-bytes: must be a positive number of bytes, got {kv_cache_memory_bytes!r}")
+    if (
+        isinstance(kv_cache_memory_bytes, bool)
+        or not isinstance(kv_cache_memory_bytes, int)
+        or kv_cache_memory_bytes <= 0
+    ):
+        raise CapacityError(
+            f"--kv-cache-memory-bytes: must be a positive number of bytes, got {kv_cache_memory_bytes!r}"
+        )
     return Budget(kv_cache_memory_bytes, kv_cache_memory_bytes, 0, 0, 0, 0, 0, 0.0, source="exact")
 
 
@@ -275,6 +287,14 @@ def check_utilization(value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise CapacityError(f"--gpu-memory-utilization: must be in (0, 1], got {value!r} (vLLM's default is 0.9)")
     return float(value)
+
+
+class MeasuredMemory(TypedDict, total=False):
+    """Measured non-KV terms that replace ``estimate_budget``'s estimates (bytes per rank)."""
+
+    activation_bytes: int | None
+    non_torch_bytes: int | None
+    cudagraph_bytes: int | None
 
 
 def estimate_budget(
@@ -292,7 +312,7 @@ def estimate_budget(
 ) -> Budget:
     """``total × utilization − weights − activation − non-torch (− CUDA graphs on ≥ 0.21)``.
 
-    vLLM ``Worker.determine_available_memory`` (kv-capacity.md §A2): the
+    vLLM ``Worker.determine_available_memory`` (``vllm/v1/worker/gpu_worker.py``): the
     utilization is a fraction of TOTAL memory per GPU. The CUDA-graph term is
     subtracted only from v0.21.0 (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
     default on); ``vllm_version=None`` means the newest rules. The result
@@ -303,7 +323,8 @@ def estimate_budget(
     util = check_utilization(gpu_memory_utilization)
     requested = int(gpu_memory_bytes * util)
     w = weights_bytes(spec, tp=layout.tp, pp=layout.pp, dtype=layout.served_dtype) if weights is None else weights
-    act = activation_estimate_bytes(spec, layout, max_num_batched_tokens) if activation_bytes is None else activation_bytes
+    act = (activation_estimate_bytes(spec, layout, max_num_batched_tokens)
+           if activation_bytes is None else activation_bytes)
     nt = non_torch_estimate_bytes(layout) if non_torch_bytes is None else non_torch_bytes
     if cudagraph_bytes is None:
         v = parse_version(vllm_version)

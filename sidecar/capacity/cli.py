@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from .blocks import parse_version
 from .budget import check_utilization, estimate_budget, exact_budget, parse_memory, weights_bytes
@@ -35,7 +36,7 @@ units: 80GiB = 80 x 2^30 bytes; 80GB = 80 x 10^9 bytes; a GPU name (H100-80GB) =
 """
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Register ``capacity`` on the top-level CLI's subparsers."""
     p = subparsers.add_parser(
         "capacity",
@@ -57,7 +58,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     a("--pipeline-parallel-size", "-pp", "--pp", dest="pipeline_parallel_size", default="1", metavar="N",
       help="pipeline parallel size (default: %(default)s)")
     a("--dtype", default="auto", metavar="DTYPE",
-      help=f"weights dtype, one of {', '.join(SERVED_DTYPES)} (default: auto = config dtype, float32 served as bfloat16)")
+      help=f"weights dtype, one of {', '.join(SERVED_DTYPES)}"
+      " (default: auto = config dtype, float32 served as bfloat16)")
     a("--kv-cache-dtype", default="auto", metavar="DTYPE",
       help=f"KV cache dtype, one of {', '.join(KV_CACHE_DTYPES)} (default: %(default)s = the served dtype)")
     a("--block-size", metavar="N", help="tokens per block (default: 16 on GPU, 64 for MLA models, 128 on CPU)")
@@ -74,15 +76,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     a("--concurrency", default=DEFAULT_CONCURRENCY, metavar="N,N,...",
       help="concurrent requests for the tables (default: %(default)s)")
     a("--format", default="table", choices=sorted(RENDERERS), help="output format (default: %(default)s)")
-    a("--device", default="cuda", choices=("cuda", "cpu"), help="vLLM platform: block size and hybrid rules (default: %(default)s)")
+    a("--device", default="cuda", choices=("cuda", "cpu"),
+      help="vLLM platform: block size and hybrid rules (default: %(default)s)")
     a("--vllm-version", metavar="X.Y.Z", help="apply this vLLM version's counting rules (default: the newest)")
     p.set_defaults(func=run)
     return p
 
 
-def _int(value: str | None, flag: str, *, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
+def _optional_int(value: str | None, flag: str) -> int | None:
+    """A whole-number flag that may be left out (None)."""
+    return None if value is None else _int(value, flag)
+
+
+def _int(value: str, flag: str) -> int:
+    """A whole-number flag, at least 1 (``1_000`` and ``1,000`` accepted)."""
     try:
         number = int(str(value).replace("_", "").replace(",", ""))
     except ValueError:
@@ -147,7 +154,7 @@ def report_text(args: argparse.Namespace) -> str:
     spec = load_model(args.model_config)
     tp = _int(args.tensor_parallel_size, "--tensor-parallel-size")
     pp = _int(args.pipeline_parallel_size, "--pipeline-parallel-size")
-    max_model_len = _int(args.max_model_len, "--max-model-len", allow_none=True)
+    max_model_len = _optional_int(args.max_model_len, "--max-model-len")
     mbt = _int(args.max_num_batched_tokens, "--max-num-batched-tokens")
     contexts = _int_list(args.context_lengths, "--context-lengths") if args.context_lengths else None
     concurrency = _int_list(args.concurrency, "--concurrency")
@@ -156,7 +163,7 @@ def report_text(args: argparse.Namespace) -> str:
     parse_version(version)
     layout = kv_layout(
         spec, tp=tp, pp=pp, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
-        block_size=_int(args.block_size, "--block-size", allow_none=True), device=args.device,
+        block_size=_optional_int(args.block_size, "--block-size"), device=args.device,
         max_model_len=max_model_len, max_num_batched_tokens=mbt,
     )
     if contexts is None:
@@ -193,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kv-sidecar")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    return args.func(args)
+    command: Callable[[argparse.Namespace], int] = args.func
+    return command(args)
 
 
 if __name__ == "__main__":

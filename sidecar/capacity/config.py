@@ -1,17 +1,18 @@
 """Load a model's ``config.json`` and resolve the fields KV sizing needs.
 
 Sources: vLLM ``vllm/config/model.py`` ``ModelConfig`` (``hf_text_config``,
-``get_total_num_kv_heads``, ``get_head_size``) as summarised in
-``../shared/reference/kv-capacity.md`` §B1. This module only reads; the
-per-layer kinds live in ``layers.py`` and the byte math in ``layout.py``.
+``get_total_num_kv_heads``, ``get_head_size``); explained in ``docs/capacity.md``
+("Reading config.json"). This module only reads; the per-layer kinds live in
+``layer_kinds.py`` and the byte math in ``layout.py``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import CapacityError
 
@@ -65,7 +66,7 @@ _UNSUPPORTED_MODEL_TYPES: dict[str, str] = {
 class ModelSpec:
     """The fields of a model's text config that KV sizing needs, resolved.
 
-    ``text`` keeps the whole resolved text config so that ``layers.py`` can
+    ``text`` keeps the whole resolved text config so that ``layer_kinds.py`` can
     read per-layer fields (``layer_types``, ``sliding_window``...).
     """
 
@@ -104,7 +105,9 @@ def load_model(path: str | Path) -> ModelSpec:
     if p.is_dir():
         p = p / "config.json"
     if not p.is_file():
-        raise CapacityError(f"--model-config: {path}: no such file (give a config.json or a model directory holding one)")
+        raise CapacityError(
+            f"--model-config: {path}: no such file (give a config.json or a model directory holding one)"
+        )
     try:
         config = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:

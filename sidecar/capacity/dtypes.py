@@ -1,6 +1,6 @@
 """Data types: what vLLM serves the weights in and what the KV cache stores.
 
-Sources: ``../shared/reference/kv-capacity.md`` §A6 (``cache_dtype``) and
+Sources: vLLM ``vllm/config/cache.py`` (``CacheConfig.cache_dtype``) and
 vLLM ``vllm/config/model.py`` (``_resolve_auto_dtype``: a float32 config, or
 one without a dtype, is served as bfloat16 under ``--dtype auto``; vLLM 0.32
 logs "Downcasting torch.float32 to torch.bfloat16").
@@ -40,7 +40,7 @@ KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2",
 SERVED_DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")
 
 #: ``fp8_ds_mla`` (DeepSeek-V3.2 sparse MLA) stores 656 bytes per token per
-#: layer whatever the head size (kv-capacity.md §A3, ``MLAAttentionSpec``).
+#: layer whatever the head size (``MLAAttentionSpec`` in ``vllm/v1/kv_cache_interface.py``).
 FP8_DS_MLA_BYTES_PER_TOKEN_LAYER = 656
 
 
@@ -66,7 +66,9 @@ def served_dtype(config_dtype: str | None, requested: str | None = None) -> str:
         except CapacityError:
             dtype = ""
         if dtype not in ("float32", "bfloat16", "float16"):
-            raise CapacityError(f"--dtype: {requested!r} is not a weight dtype (use auto, bfloat16, float16 or float32)")
+            raise CapacityError(
+                f"--dtype: {requested!r} is not a weight dtype (use auto, bfloat16, float16 or float32)"
+            )
         return dtype
     if config_dtype is None:
         return "bfloat16"
@@ -80,7 +82,7 @@ def served_dtype(config_dtype: str | None, requested: str | None = None) -> str:
 
 
 def kv_cache_dtype(kv_cache_dtype: str, served: str) -> str:
-    """Resolve ``--kv-cache-dtype``: ``auto`` = the served dtype (kv-capacity.md §A6)."""
+    """Resolve ``--kv-cache-dtype``: ``auto`` = the served dtype (docs/capacity.md, "KV dtype")."""
     key = str(kv_cache_dtype).strip().lower()
     if key == "auto":
         return served

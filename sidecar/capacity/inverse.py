@@ -6,11 +6,21 @@ Built on the forward formulas (``blocks.py``, ``budget.py``); sources there.
 
 from __future__ import annotations
 
+from typing import TypedDict, Unpack
+
 from .blocks import blocks_per_request
 from .budget import Budget, estimate_budget
 from .config import ModelSpec
 from .errors import CapacityError
 from .layout import KVLayout, cdiv
+
+
+class Target(TypedDict, total=False):
+    """What to size for, as ``blocks_for`` takes it: ``tokens``, or ``concurrency`` × ``request_tokens``."""
+
+    tokens: int | None
+    concurrency: int | None
+    request_tokens: int | None
 
 
 def blocks_for(
@@ -34,12 +44,15 @@ def blocks_for(
     if concurrency is None or request_tokens is None:
         raise CapacityError("target: give tokens, or concurrency and request_tokens")
     if concurrency < 1 or request_tokens < 1:
-        raise CapacityError(f"target: concurrency and request length must be positive, got {concurrency}, {request_tokens}")
-    per_request = sum(blocks_per_request(g, layout, request_tokens, layout.max_num_batched_tokens) for g in layout.groups)
+        raise CapacityError(
+            f"target: concurrency and request length must be positive, got {concurrency}, {request_tokens}"
+        )
+    mbt = layout.max_num_batched_tokens
+    per_request = sum(blocks_per_request(g, layout, request_tokens, mbt) for g in layout.groups)
     return concurrency * per_request + 1
 
 
-def required_kv_cache_memory_bytes(layout: KVLayout, **target: int) -> int:
+def required_kv_cache_memory_bytes(layout: KVLayout, **target: Unpack[Target]) -> int:
     """Smallest ``--kv-cache-memory-bytes`` giving ``blocks_for(**target)`` blocks.
 
     Inverse of ``num_blocks = ⌊⌊budget / page⌋ / group_size⌋``:
@@ -59,7 +72,7 @@ def required_utilization(
     non_torch_bytes: int | None = None,
     cudagraph_bytes: int | None = None,
     weights: int | None = None,
-    **target: int,
+    **target: Unpack[Target],
 ) -> float:
     """``gpu_memory_utilization`` that yields the target: (KV + non-KV) ÷ total.
 
@@ -79,7 +92,8 @@ def required_utilization(
 def inflection_context_length(layout: KVLayout, weights_bytes: int, concurrency: int = 1) -> int:
     """Smallest total context (tokens per request) at which KV bytes exceed the weights.
 
-    The seeds' "inflection point": ``⌊weights / (bytes_per_token × concurrency)⌋ + 1``
+    The "inflection point" of docs/capacity.md ("Worked examples"):
+    ``⌊weights / (bytes_per_token × concurrency)⌋ + 1``
     (growing layers only; bounded sliding / state memory is ignored).
     """
     if weights_bytes <= 0 or concurrency < 1:

@@ -1,7 +1,8 @@
 """Per-layer KV kind: which layers grow with context and which are bounded.
 
-Sources: ``../shared/reference/kv-capacity.md`` §B1 (sliding-window rules),
-§B2 (families) and vLLM's model files: ``layer_types`` (transformers >= 4.53
+Sources: vLLM ``ModelConfig.get_sliding_window`` (``vllm/config/model.py``)
+and vLLM's model files, explained in ``docs/capacity.md`` ("Sliding windows",
+"Chunked local attention", "Linear attention and mamba state"): ``layer_types`` (transformers >= 4.53
 writes it), Gemma-2 alternation (even layers slide), Gemma-3 / Cohere2
 ``sliding_window_pattern`` (a layer is full when ``(i + 1) % pattern == 0``),
 Qwen2 ``use_sliding_window: false`` (window ignored), Llama 4 chunked local
@@ -13,7 +14,7 @@ attention with a constant per-request state).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from .config import ModelSpec
 from .errors import CapacityError
@@ -77,53 +78,70 @@ def layer_kinds(spec: ModelSpec) -> tuple[LayerKV, ...]:
     chunk = spec.get("attention_chunk_size")
 
     if spec.get("full_attention_interval") and spec.get("linear_num_value_heads"):
-        # Qwen3-Next: every interval-th layer is full attention, the rest GDN.
-        interval = int(spec.get("full_attention_interval"))
-        return tuple(LayerKV("full") if (i + 1) % interval == 0 else LayerKV("linear") for i in range(n))
-
+        return _qwen3_next_layers(n, int(spec.get("full_attention_interval")))
     if isinstance(layer_types, list) and layer_types:
-        if len(layer_types) != n:
-            raise CapacityError(
-                f"config.json: layer_types: has {len(layer_types)} entries for {n} layers (num_hidden_layers)"
-            )
-        out: list[LayerKV] = []
-        for i, name in enumerate(layer_types):
-            kind = _LAYER_TYPE_NAMES.get(str(name))
-            if kind is None:
-                raise CapacityError(
-                    f"config.json: layer_types[{i}]: unknown layer type {name!r}"
-                    f" (known: {', '.join(sorted(_LAYER_TYPE_NAMES))})"
-                )
-            if kind == "sliding":
-                if window is None:
-                    raise CapacityError("config.json: sliding_window: missing but layer_types has sliding layers")
-                out.append(LayerKV("sliding", window))
-            elif kind == "chunked":
-                if not chunk:
-                    raise CapacityError("config.json: attention_chunk_size: missing but layer_types has chunked layers")
-                out.append(LayerKV("chunked", int(chunk)))
-            else:
-                out.append(LayerKV(kind))
-        return tuple(out)
-
+        return _listed_layers(layer_types, n, window, chunk)
     if chunk:
-        # Llama 4: RoPE layers use chunked local attention, NoPE layers are full.
-        no_rope = spec.text.get("no_rope_layers")
-        if isinstance(no_rope, list) and len(no_rope) == n:
-            return tuple(LayerKV("chunked", int(chunk)) if no_rope[i] else LayerKV("full") for i in range(n))
-        interval = int(spec.get("nope_layer_interval", 4))
-        return tuple(LayerKV("full") if (i + 1) % interval == 0 else LayerKV("chunked", int(chunk)) for i in range(n))
-
+        return _llama4_layers(spec, int(chunk))
     if window is None:
         return tuple(LayerKV("full") for _ in range(n))
+    return _sliding_window_layers(spec, window)
 
+
+def _qwen3_next_layers(n: int, interval: int) -> tuple[LayerKV, ...]:
+    """Qwen3-Next: every interval-th layer is full attention, the rest GDN."""
+    return tuple(LayerKV("full") if (i + 1) % interval == 0 else LayerKV("linear") for i in range(n))
+
+
+def _listed_layers(layer_types: list[Any], n: int, window: int | None, chunk: Any) -> tuple[LayerKV, ...]:
+    """``layer_types`` names every layer's attention (transformers >= 4.53 writes it)."""
+    if len(layer_types) != n:
+        raise CapacityError(
+            f"config.json: layer_types: has {len(layer_types)} entries for {n} layers (num_hidden_layers)"
+        )
+    return tuple(_listed_layer(i, name, window, chunk) for i, name in enumerate(layer_types))
+
+
+def _listed_layer(i: int, name: object, window: int | None, chunk: Any) -> LayerKV:
+    """One ``layer_types`` entry; sliding and chunked entries need the config's window or chunk."""
+    kind = _LAYER_TYPE_NAMES.get(str(name))
+    if kind is None:
+        raise CapacityError(
+            f"config.json: layer_types[{i}]: unknown layer type {name!r}"
+            f" (known: {', '.join(sorted(_LAYER_TYPE_NAMES))})"
+        )
+    if kind == "sliding":
+        if window is None:
+            raise CapacityError("config.json: sliding_window: missing but layer_types has sliding layers")
+        return LayerKV("sliding", window)
+    if kind == "chunked":
+        if not chunk:
+            raise CapacityError("config.json: attention_chunk_size: missing but layer_types has chunked layers")
+        return LayerKV("chunked", int(chunk))
+    return LayerKV(kind)
+
+
+def _llama4_layers(spec: ModelSpec, chunk: int) -> tuple[LayerKV, ...]:
+    """Llama 4: RoPE layers use chunked local attention, NoPE layers are full."""
+    n = spec.num_layers
+    no_rope = spec.text.get("no_rope_layers")
+    if isinstance(no_rope, list) and len(no_rope) == n:
+        return tuple(LayerKV("chunked", chunk) if no_rope[i] else LayerKV("full") for i in range(n))
+    interval = int(spec.get("nope_layer_interval", 4))
+    return tuple(LayerKV("full") if (i + 1) % interval == 0 else LayerKV("chunked", chunk) for i in range(n))
+
+
+def _sliding_window_layers(spec: ModelSpec, window: int) -> tuple[LayerKV, ...]:
+    """Which layers of a model with a sliding window slide, by family."""
+    n = spec.num_layers
     if spec.model_type == "gemma2":
         # vLLM gemma2.py: even-indexed layers use the sliding window.
         return tuple(LayerKV("sliding", window) if i % 2 == 0 else LayerKV("full") for i in range(n))
     pattern = spec.get("sliding_window_pattern")
     if pattern:
-        pattern = int(pattern)
-        return tuple(LayerKV("full") if (i + 1) % pattern == 0 else LayerKV("sliding", window) for i in range(n))
+        # Gemma-3 / Cohere2: a layer is full when (i + 1) % pattern == 0.
+        every = int(pattern)
+        return tuple(LayerKV("full") if (i + 1) % every == 0 else LayerKV("sliding", window) for i in range(n))
     if spec.model_type.startswith("qwen2") and spec.text.get("use_sliding_window"):
         # Qwen2 with the window switched on: only layers from max_window_layers slide.
         first = int(spec.get("max_window_layers", n))

@@ -1,36 +1,39 @@
 """Bytes per token, page size and layer groups: how vLLM lays out the KV pool.
 
-Sources (vLLM file paths; see ``../shared/reference/kv-capacity.md``):
+Sources (vLLM file paths; explained in ``docs/capacity.md``, "Bytes per token" and
+"Page size and layer groups"):
 
 * per-layer page: ``vllm/v1/kv_cache_interface.py`` — ``AttentionSpec``
   ``2 × block_size × kv_heads × head_size × dtype_bytes``; ``MLAAttentionSpec``
   ``block_size × head_size × dtype_bytes`` (no K/V factor 2, one latent "head");
-  ``MambaSpec`` = the state bytes, padded to the attention page (§A3);
+  ``MambaSpec`` = the state bytes, padded to the attention page;
 * KV heads per rank: ``ModelConfig.get_num_kv_heads`` = ``max(1, kv_heads //
-  tp)`` (replicated beyond), MLA always 1 (§A5);
+  tp)`` (replicated beyond), MLA always 1;
 * layers per pipeline stage: ``vllm/distributed/utils.py`` ``get_pp_indices``;
 * groups: ``vllm/v1/core/kv_cache_utils.py`` ``_get_kv_cache_groups_uniform_page_size``
   (group size = the smallest layer count among attention types, or the
   largest when it is below 1.5× the smallest; group i of a type =
-  ``layers[i::num_groups]``), §A7;
-* block size: 16 on CUDA, 64 for FlashMLA models, 128 on CPU (§A6); hybrid
+  ``layers[i::num_groups]``);
+* block size: 16 on CUDA (``vllm/platforms/cuda.py``), 64 for FlashMLA models, 128 on CPU; hybrid
   attention + linear-state models raise it so the attention page holds the
   state (``Platform._align_hybrid_block_size`` in ``vllm/platforms/interface.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Literal
 
 from .config import ModelSpec
-from .dtypes import FP8_DS_MLA_BYTES_PER_TOKEN_LAYER, dtype_bytes, kv_cache_dtype as resolve_kv_dtype, served_dtype
+from .dtypes import FP8_DS_MLA_BYTES_PER_TOKEN_LAYER, dtype_bytes, served_dtype
+from .dtypes import kv_cache_dtype as resolve_kv_dtype
 from .errors import CapacityError
 from .layer_kinds import GROWING_KINDS, LayerKV, layer_kinds
 
 Attention = Literal["mha", "gqa", "mqa", "mla", "hybrid"]
 
-#: ``CacheConfig.block_size`` when the user gives none (kv-capacity.md §A6).
+#: ``CacheConfig.block_size`` when the user gives none (docs/capacity.md, "Block size").
 DEFAULT_BLOCK_SIZE = {"cuda": 16, "cpu": 128}
 #: FlashMLA (DeepSeek / Kimi on Hopper, vLLM's default MLA backend there) needs multiples of 64.
 MLA_BLOCK_SIZE = 64
@@ -132,13 +135,15 @@ def gdn_state_bytes(spec: ModelSpec, tp: int, served: str) -> int:
     ``(k_dim·nk·2 + v_dim·nv) / tp × (kernel − 1)`` and recurrent state
     ``nv / tp × v_dim × k_dim``, both in the served dtype under
     ``mamba_cache_dtype=auto`` (``_mamba_state_dtype``). Qwen3-Next:
-    conv 8192 × 3, state 32 × 128 × 128 (kv-capacity.md §B2).
+    conv 8192 × 3, state 32 × 128 × 128 (docs/capacity.md, "Linear attention and mamba state").
     """
     nk, nv = int(spec.get("linear_num_key_heads", 0)), int(spec.get("linear_num_value_heads", 0))
     hk, hv = int(spec.get("linear_key_head_dim", 0)), int(spec.get("linear_value_head_dim", 0))
     kernel = int(spec.get("linear_conv_kernel_dim", 4))
     if not (nk and nv and hk and hv):
-        raise CapacityError("config.json: linear_num_key_heads/linear_key_head_dim/...: missing for a linear-attention model")
+        raise CapacityError(
+            "config.json: linear_num_key_heads/linear_key_head_dim/...: missing for a linear-attention model"
+        )
     for name, heads in (("linear_num_key_heads", nk), ("linear_num_value_heads", nv)):
         if heads % tp:
             raise CapacityError(f"--tensor-parallel-size: {tp} does not divide {name} {heads} (vLLM refuses it)")
@@ -199,6 +204,105 @@ def _group_layers(kinds: tuple[LayerKV, ...]) -> tuple[KVGroup, ...]:
     return tuple(groups)
 
 
+def _check_positive(flag: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CapacityError(f"{flag}: must be a positive integer, got {value!r}")
+
+
+def _max_model_len(spec: ModelSpec, max_model_len: int | None) -> int:
+    """``--max-model-len``, or the model's ``max_position_embeddings`` (vLLM's ``_get_and_verify_max_len``)."""
+    if max_model_len is None:
+        return int(spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN)
+    _check_positive("--max-model-len", max_model_len)
+    if spec.max_position_embeddings and max_model_len > spec.max_position_embeddings:
+        raise CapacityError(
+            f"--max-model-len: {max_model_len} is above the model's limit {spec.max_position_embeddings}"
+            " (max_position_embeddings; vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
+        )
+    return max_model_len
+
+
+def _bytes_per_token_layer(spec: ModelSpec, kv_heads_per_rank: int, kv_dtype: str, kv_dtype_bytes: int) -> int:
+    """KV bytes of one token in one attention layer: K and V per head, or MLA's one latent."""
+    if not spec.is_mla:
+        return 2 * kv_heads_per_rank * spec.head_dim * kv_dtype_bytes
+    if kv_dtype == "fp8_ds_mla":
+        return FP8_DS_MLA_BYTES_PER_TOKEN_LAYER
+    return spec.head_dim * kv_dtype_bytes
+
+
+def _default_hybrid_kv_cache_manager(kinds: tuple[LayerKV, ...], device: str) -> bool:
+    """vLLM 0.32 (vllm/config/vllm.py): off on non-CUDA platforms, and for chunked
+    local attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1."""
+    return device == "cuda" and not any(k.kind == "chunked" for k in kinds)
+
+
+def _unify_hybrid(spec: ModelSpec, kinds: tuple[LayerKV, ...]) -> tuple[LayerKV, ...]:
+    """Without the hybrid KV cache manager (``unify_hybrid_kv_cache_specs``): sliding and
+    chunked layers become full layers; linear-attention state cannot be unified."""
+    if any(k.kind == "linear" for k in kinds):
+        raise CapacityError(
+            f"{spec.architecture}: linear-attention layers need vLLM's hybrid KV cache manager"
+            " (CUDA, not disabled); use --device cuda"
+        )
+    return tuple(LayerKV("full") for _ in kinds)
+
+
+def _hybrid_block_size(block: int, state_bytes: int, token_layer: int) -> int:
+    """The block size raised so that one attention page holds a linear layer's state,
+    in multiples of the kernel alignment (``Platform._align_hybrid_block_size``)."""
+    align = max(KERNEL_BLOCK_ALIGNMENT, block)
+    return max(block, align * cdiv(state_bytes, align * token_layer))
+
+
+def _limiting_stage(num_layers: int, pp: int, groups: tuple[KVGroup, ...]) -> tuple[range, int]:
+    """The pipeline stage with the largest per-block layer count, and that count (its group size).
+
+    With equal budgets that stage gets the fewest blocks, and vLLM takes the min over workers.
+    """
+    stages = [range(*get_pp_indices(num_layers, r, pp)) for r in range(pp)]
+    per_stage = [max(sum(1 for i in g.layers if i in stage) for g in groups) for stage in stages]
+    limiting = max(range(pp), key=lambda r: per_stage[r])
+    return stages[limiting], per_stage[limiting]
+
+
+def request_blocks(kind: str, window: int | None, request_tokens: int, block_size: int,
+                   max_num_batched_tokens: int) -> int:
+    """Blocks one request of ``request_tokens`` holds in one layer of ``kind``.
+
+    ``max_memory_usage_bytes / page`` per spec (``kv_cache_interface.py``):
+    full / MLA ``cdiv(L, bs)``; sliding ``cdiv(min(W − 1 + mbt, L), bs) + 1``;
+    chunked local ``cdiv(min(chunk + mbt, L), bs)``; linear / mamba state 1
+    (``mamba_cache_mode`` none), the state padded to one attention page.
+    """
+    if kind == "sliding":
+        return cdiv(min(_span(kind, window) - 1 + max_num_batched_tokens, request_tokens), block_size) + 1
+    if kind == "chunked":
+        return cdiv(min(_span(kind, window) + max_num_batched_tokens, request_tokens), block_size)
+    if kind == "linear":
+        return 1
+    return cdiv(request_tokens, block_size)
+
+
+def _span(kind: str, window: int | None) -> int:
+    """The window (sliding) or chunk (chunked) of a bounded layer; ``layer_kinds`` always sets it."""
+    if window is None:
+        raise CapacityError(f"a {kind} layer has no window")
+    return window
+
+
+def _attention(spec: ModelSpec, is_hybrid: bool) -> Attention:
+    if spec.is_mla:
+        return "mla"
+    if is_hybrid:
+        return "hybrid"
+    if spec.num_kv_heads == spec.num_attention_heads:
+        return "mha"
+    if spec.num_kv_heads == 1:
+        return "mqa"
+    return "gqa"
+
+
 def kv_layout(
     spec: ModelSpec,
     *,
@@ -217,7 +321,7 @@ def kv_layout(
     Per attention layer and token: ``2 × kv_heads_rank × head_dim × b``
     (MLA: ``head_dim × b``, 576 × 2 = 1152 B for DeepSeek-V3), with ``b`` the
     KV dtype's bytes. ``bytes_per_token`` sums the layers that grow with
-    context on the limiting pipeline stage (kv-capacity.md §A10 / §B).
+    context on the limiting pipeline stage (docs/capacity.md, "Bytes per token").
     """
     if device not in DEFAULT_BLOCK_SIZE:
         raise CapacityError(f"--device: {device!r} is not one of {', '.join(DEFAULT_BLOCK_SIZE)}")
@@ -227,87 +331,42 @@ def kv_layout(
     if kv_dtype == "fp8_ds_mla" and not spec.is_mla:
         raise CapacityError("--kv-cache-dtype: fp8_ds_mla is only for MLA models (DeepSeek-V3.2); use fp8")
     b = dtype_bytes(kv_dtype)
-
-    if max_model_len is None:
-        max_model_len = int(spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN)
-    elif isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1:
-        raise CapacityError(f"--max-model-len: must be a positive integer, got {max_model_len!r}")
-    elif spec.max_position_embeddings and max_model_len > spec.max_position_embeddings:
-        raise CapacityError(
-            f"--max-model-len: {max_model_len} is above the model's limit {spec.max_position_embeddings}"
-            " (max_position_embeddings; vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
-        )
-    if isinstance(max_num_batched_tokens, bool) or not isinstance(max_num_batched_tokens, int) or max_num_batched_tokens < 1:
-        raise CapacityError(f"--max-num-batched-tokens: must be a positive integer, got {max_num_batched_tokens!r}")
+    max_model_len = _max_model_len(spec, max_model_len)
+    _check_positive("--max-num-batched-tokens", max_num_batched_tokens)
 
     kvh_rank = 1 if spec.is_mla else max(1, spec.num_kv_heads // tp)
-    if spec.is_mla:
-        token_layer = FP8_DS_MLA_BYTES_PER_TOKEN_LAYER if kv_dtype == "fp8_ds_mla" else spec.head_dim * b
-    else:
-        token_layer = 2 * kvh_rank * spec.head_dim * b
+    token_layer = _bytes_per_token_layer(spec, kvh_rank, kv_dtype, b)
 
     kinds = layer_kinds(spec)
     is_hybrid = len({k.kind for k in kinds}) > 1
     if hybrid_kv_cache_manager is None:
-        # vLLM 0.32 (vllm/config/vllm.py): off on non-CUDA platforms, and for
-        # chunked local attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1.
-        hybrid_kv_cache_manager = device == "cuda" and not any(k.kind == "chunked" for k in kinds)
+        hybrid_kv_cache_manager = _default_hybrid_kv_cache_manager(kinds, device)
     if is_hybrid and not hybrid_kv_cache_manager:
-        if any(k.kind == "linear" for k in kinds):
-            raise CapacityError(
-                f"{spec.architecture}: linear-attention layers need vLLM's hybrid KV cache manager"
-                " (CUDA, not disabled); use --device cuda"
-            )
-        # unify_hybrid_kv_cache_specs: sliding / chunked layers become full layers.
-        kinds = tuple(LayerKV("full") for _ in kinds)
+        kinds = _unify_hybrid(spec, kinds)
 
     block = _block_size(spec, block_size, device)
     state_bytes = gdn_state_bytes(spec, tp, served) if any(k.kind == "linear" for k in kinds) else 0
     if state_bytes:
-        align = max(KERNEL_BLOCK_ALIGNMENT, block)
-        block = max(block, align * cdiv(state_bytes, align * token_layer))
+        block = _hybrid_block_size(block, state_bytes, token_layer)
     page = block * token_layer
 
     groups = _group_layers(kinds)
-    stages = [range(*get_pp_indices(spec.num_layers, r, pp)) for r in range(pp)]
-    # The limiting stage has the largest per-block layer count: with equal
-    # budgets it gets the fewest blocks, and vLLM takes the min over workers.
-    per_stage = [max(sum(1 for i in g.layers if i in stage) for g in groups) for stage in stages]
-    limiting = max(range(pp), key=lambda r: per_stage[r])
-    stage = stages[limiting]
-    group_size = per_stage[limiting]
-
+    stage, group_size = _limiting_stage(spec.num_layers, pp, groups)
     growing = sum(1 for i in stage if kinds[i].kind in GROWING_KINDS)
     mbt = max_num_batched_tokens
-    bounded = 0
-    for i in stage:
-        layer = kinds[i]
-        if layer.kind == "sliding":
-            bounded += (cdiv(min(layer.window - 1 + mbt, max_model_len), block) + 1) * page
-        elif layer.kind == "chunked":
-            bounded += cdiv(min(layer.window + mbt, max_model_len), block) * page
-        elif layer.kind == "linear":
-            bounded += page  # the state, padded to one attention page
-
+    bounded = page * sum(
+        request_blocks(kinds[i].kind, kinds[i].window, max_model_len, block, mbt)
+        for i in stage
+        if kinds[i].kind not in GROWING_KINDS
+    )
     counts: dict[str, int] = {}
     for layer in kinds:
         counts[layer.kind] = counts.get(layer.kind, 0) + 1
 
-    if spec.is_mla:
-        attention: Attention = "mla"
-    elif is_hybrid:
-        attention = "hybrid"
-    elif spec.num_kv_heads == spec.num_attention_heads:
-        attention = "mha"
-    elif spec.num_kv_heads == 1:
-        attention = "mqa"
-    else:
-        attention = "gqa"
-
     return KVLayout(
         architecture=spec.architecture,
         model_type=spec.model_type,
-        attention=attention,
+        attention=_attention(spec, is_hybrid),
         layers=spec.num_layers,
         layers_per_rank=len(stage),
         kv_heads=spec.num_kv_heads,

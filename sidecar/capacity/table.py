@@ -1,13 +1,14 @@
 """The calculator's table: one plain dict, rendered as text, Markdown or JSON.
 
 Pure: takes a resolved model, layout and (optional) budget, returns data or
-text. The seeds' tables are the rows ``context × concurrency`` of
+text. The tables of docs/capacity.md ("Worked examples") are the rows ``context × concurrency`` of
 ``kv_memory``; the budget section answers "how many requests fit".
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from .blocks import (
@@ -17,7 +18,7 @@ from .blocks import (
     request_kv_bytes,
     usable_concurrency,
 )
-from .budget import GiB, Budget
+from .budget import Budget, GiB, MeasuredMemory
 from .config import ModelSpec
 from .inverse import inflection_context_length, required_utilization
 from .layout import KVLayout
@@ -33,7 +34,7 @@ def build_report(
     budget: Budget | None = None,
     vllm_version: str | None = None,
     gpu_memory_bytes: int | None = None,
-    overrides: dict[str, int | None] | None = None,
+    overrides: MeasuredMemory | None = None,
     weights_given: bool = False,
 ) -> dict[str, Any]:
     """Everything the calculator prints, as JSON-ready data (bytes as integers)."""
@@ -137,12 +138,16 @@ def _summary_lines(r: dict[str, Any]) -> list[str]:
         counts = ", ".join(f"{v} {k}" for k, v in r["layer_counts"].items())
         lines.append(
             f"Hybrid         {counts}; all layers as full: {r['bytes_per_token_all_layers']:,} B/token;"
-            f" bounded per request: {r['per_request_state_bytes']:,} B; {r['num_groups']} KV groups of {r['group_size']}"
+            f" bounded per request: {r['per_request_state_bytes']:,} B;"
+            f" {r['num_groups']} KV groups of {r['group_size']}"
         )
     source = "--weights-memory" if r["weights_source"] == "given" else r["weights_source"]
     lines.append(f"Weights        {_gib(r['weights_bytes'])} per rank (from {source})")
     if r["inflection_context_length"]:
-        lines.append(f"Inflection     KV exceeds the weights from {r['inflection_context_length']:,} tokens of context (1 request)")
+        lines.append(
+            f"Inflection     KV exceeds the weights from {r['inflection_context_length']:,}"
+            " tokens of context (1 request)"
+        )
     return lines
 
 
@@ -192,10 +197,12 @@ def render_table(r: dict[str, Any]) -> str:
         lines += ["", "gpu_memory_utilization needed (> 1 = does not fit)"]
         lines.append(f"{'context':>10}" + "".join(f"{'x' + str(n):>10}" for n in concs))
         for ctx in ctxs:
-            lines.append(f"{ctx:>10,}" + "".join(f"{cells[(ctx, n)]['required_gpu_memory_utilization']:>10.3f}" for n in concs))
+            needed = (cells[(ctx, n)]["required_gpu_memory_utilization"] for n in concs)
+            lines.append(f"{ctx:>10,}" + "".join(f"{u:>10.3f}" for u in needed))
     lines += [""] + _budget_lines(r)
     if "concurrency_by_context" in r:
-        lines += ["", f"{'context':>10}{'max concurrency':>18}{'usable':>9}   (vLLM's count; usable = whole requests after the null block)"]
+        lines += ["", f"{'context':>10}{'max concurrency':>18}{'usable':>9}"
+                  "   (vLLM's count; usable = whole requests after the null block)"]
         for c in r["concurrency_by_context"]:
             lines.append(f"{c['context_tokens']:>10,}{c['max_concurrency']:>17.2f}x{c['usable_concurrency']:>9,}")
     return "\n".join(lines) + "\n"
@@ -218,4 +225,6 @@ def render_markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-RENDERERS = {"table": render_table, "markdown": render_markdown, "json": lambda r: render_json(r) + "\n"}
+RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "table": render_table, "markdown": render_markdown, "json": lambda r: render_json(r) + "\n",
+}

@@ -6,6 +6,8 @@
 - ``sizing``: requests that fit, suggested gpu_memory_utilization / kv_cache_memory_bytes,
   shortfall, replicas and the cheaper levers (fp8 KV, fewer KV heads, max_model_len).
 - ``advice``: the fixed ACTIONS/REASONS and ``recommend``.
+- ``policy``: the advice policy, ``advise``: memory mode, suggestions, levers, and the warm-up gate
+  that withholds advice to lower memory (only what it allows is returned).
 
 Formulas and the estimator choice: docs/forecast.md.
 """

@@ -17,7 +17,7 @@ ACTIONS: tuple[str, ...] = (
     "raise_gpu_memory_utilization",
     "lower_gpu_memory_utilization",
     # vLLM ignores gpu_memory_utilization when kv_cache_memory_bytes is set, so the
-    # advice then names the setting that does act (reference kv-capacity.md A2).
+    # advice then names the setting that does act (``Worker.determine_available_memory``).
     "raise_kv_cache_memory_bytes",
     "lower_kv_cache_memory_bytes",
     "enable_fp8_kv_cache",
@@ -34,7 +34,8 @@ REASONS: dict[str, str] = {
     "peak_below_target": "the peak is below target_usage - lower_margin: memory can be given back",
     "shortfall_fp8_covers": "even the upper bound cannot hold the peak at target, but an fp8 KV cache there can",
     "shortfall_at_upper_bound": "even the upper bound (with fp8 if available) cannot hold the peak at target",
-    "max_model_len_blocks_lowering": "the peak would allow a smaller pool, but one max_model_len request must still fit",
+    "max_model_len_blocks_lowering":
+        "the peak would allow a smaller pool, but one max_model_len request must still fit",
 }
 
 MEMORY_MODES = ("gpu_memory_utilization", "kv_cache_memory_bytes")
@@ -75,7 +76,7 @@ def recommend(
     ``hi`` utilization, or the kv_cache_memory_bytes ceiling; ``None`` = unknown,
     treated as unbounded). In order:
 
-    1. asleep → ``none/engine_asleep`` (issue 5 §1: advice is suppressed while asleep);
+    1. asleep → ``none/engine_asleep`` (advice is suppressed while asleep);
     2. no peak, capacity or block size → ``none/insufficient_data``;
     3. ``peak_usage > target + raise_margin``:
        ``C* ≤ C_max`` → ``raise_<memory setting>/peak_above_target``;
@@ -101,7 +102,8 @@ def recommend(
         return Recommendation("none", "insufficient_data")
     setting = "gpu_memory_utilization" if memory_mode == "gpu_memory_utilization" else "kv_cache_memory_bytes"
     peak_usage = peak_demand_tokens / (capacity_tokens - block_size)
-    wanted = required_capacity_tokens(peak_demand_tokens=peak_demand_tokens, target_usage=target_usage, block_size=block_size)
+    wanted = required_capacity_tokens(peak_demand_tokens=peak_demand_tokens, target_usage=target_usage,
+                                      block_size=block_size)
 
     if peak_usage > target_usage + raise_margin:
         if max_capacity_tokens is None or wanted <= max_capacity_tokens:

@@ -1,7 +1,7 @@
 """Prometheus cumulative histograms over a window: the delta of two snapshots, its mean and quantiles.
 
 Used on ``vllm:request_prompt_tokens`` and ``vllm:request_generation_tokens``
-(buckets 1-2-5 up to ``max_model_len``, reference vllm-metrics.md §1.1) to get
+(buckets 1-2-5 up to ``max_model_len``, ``build_1_2_5_buckets`` in ``vllm/v1/metrics/loggers.py``) to get
 the request lengths of the window, as ``rate()`` + ``histogram_quantile()``
 would in PromQL.
 """
@@ -45,12 +45,12 @@ def window_delta(old: HistogramSnapshot | None, new: HistogramSnapshot) -> Histo
     went_down = (
         new.count < old.count
         or new.sum < old.sum
-        or (same_bounds and any(n < o for (_, o), (_, n) in zip(old.buckets, new.buckets)))
+        or (same_bounds and any(n < o for (_, o), (_, n) in zip(old.buckets, new.buckets, strict=False)))
     )
     if not same_bounds or went_down:
         return new
     return HistogramSnapshot(
-        tuple((le, n - o) for (le, o), (_, n) in zip(old.buckets, new.buckets)),
+        tuple((le, n - o) for (le, o), (_, n) in zip(old.buckets, new.buckets, strict=False)),
         new.sum - old.sum,
         new.count - old.count,
     )

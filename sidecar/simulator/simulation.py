@@ -15,7 +15,8 @@ import math
 
 from ..generations import Generation
 from .config import SimConfig
-from .engine import Engine
+from .engine import Engine, RequestSpec
+from .exposition import render
 from .scenarios import SCENARIOS, Scenario, Workload
 
 
@@ -53,11 +54,11 @@ class Simulator:
         self.engines = [Engine(self.config, i, 0.0) for i in range(self.config.engines)]
 
     # -- replays ------------------------------------------------------------------
-    def rerun(self, config: SimConfig) -> "Simulator":
+    def rerun(self, config: SimConfig) -> Simulator:
         """The same scenario and seed (hence the same requests) on another server config."""
         return Simulator(config, self.scenario, self.seed)
 
-    def with_gpu_memory_utilization(self, utilization: float) -> "Simulator":
+    def with_gpu_memory_utilization(self, utilization: float) -> Simulator:
         """A fresh run of the same workload with ``--gpu-memory-utilization`` changed."""
         return self.rerun(self.config.with_gpu_memory_utilization(utilization))
 
@@ -99,7 +100,7 @@ class Simulator:
                 break
         self.now = max(self.now, t)
 
-    def _dispatch(self, spec) -> None:
+    def _dispatch(self, spec: RequestSpec) -> None:
         if spec.arrival < self.down_until:
             self.dropped_requests += 1
             return
@@ -158,6 +159,4 @@ class Simulator:
     # -- exposition ---------------------------------------------------------------------
     def render(self, generation: Generation | str = Generation.V1_CAPACITY_LABELS) -> str:
         """The ``/metrics`` body a vLLM of that metric generation would serve now."""
-        from .exposition import render
-
         return render(self, Generation(generation))

@@ -6,7 +6,6 @@ import json
 
 import pytest
 import yaml
-
 from alerttools import ALERTS, run_tool
 
 CONFIG = ALERTS / "alertmanager.yaml"

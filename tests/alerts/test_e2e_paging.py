@@ -32,9 +32,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
-
 from alerttools import ALERTS, REPO
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -130,7 +129,7 @@ class Webhook:
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "Webhook":
+    def __enter__(self) -> Webhook:
         self.thread.start()
         return self
 

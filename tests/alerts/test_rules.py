@@ -14,21 +14,20 @@ import shutil
 
 import pytest
 import yaml
-
 from alerttools import ALERTS, REPO, RUNBOOKS, run_tool
-from sidecar import rules
-from sidecar.rules import (
-    ALERT_NAMES,
+
+from sidecar.artifacts import cli as rules_cli
+from sidecar.artifacts import rules
+from sidecar.artifacts.params import (
     DASHBOARD_CAPACITY_UID,
     DASHBOARD_OVERVIEW_UID,
     FAST_VARIANT,
     RuleParams,
-    build_rule_groups,
-    load_thresholds,
-    prometheus_duration_seconds,
-    render,
+    Thresholds,
 )
-from sidecar.thresholds import Thresholds
+from sidecar.artifacts.rules import ALERT_NAMES, build_rule_groups, render
+from sidecar.config import ConfigError, build_config, load_config
+from sidecar.units import prometheus_duration_seconds
 
 RULE_FILES = sorted(ALERTS.glob("*.rules.yaml"))
 TEST_FILES = sorted(ALERTS.glob("*_test.yaml"))
@@ -41,7 +40,7 @@ def _alerts(groups: dict) -> list[dict]:
 
 def _cli(*argv: str) -> int:
     parser = argparse.ArgumentParser(prog="kv-sidecar")
-    rules.add_parser(parser.add_subparsers())
+    rules_cli.add_parser(parser.add_subparsers())
     args = parser.parse_args(list(argv))
     return args.func(args)
 
@@ -59,7 +58,7 @@ def test_alerts_directory_holds_only_rules_tests_and_one_alertmanager_config():
 def test_committed_default_rules_equal_the_generated_ones():
     expected = render(Thresholds(), RuleParams())
     assert DEFAULT_RULES.read_text(encoding="utf-8") == expected, (
-        "alerts/kvcache.rules.yaml is out of date: run `kv-sidecar rules render --out alerts`")
+        "alerts/kvcache.rules.yaml is out of date: run `make generate`")
 
 
 def test_rendered_examples_if_any_are_generated_too():
@@ -83,7 +82,6 @@ def test_the_page_uses_the_sidecars_thresholds():
 
 def test_config_file_thresholds_reach_both_the_sidecar_and_the_rules(tmp_path, capsys):
     """The sidecar's loader and `rules render` read the same thresholds: section."""
-    from sidecar.config import load_config
 
     cfg = tmp_path / "sidecar.yaml"
     cfg.write_text("thresholds:\n  watermark: 0.85\n  warning: 0.7\n  target_usage: 0.6\n"
@@ -302,14 +300,25 @@ def test_good_alert_params_and_every_problem_at_once():
     assert RuleParams.from_mapping([1, 2])[1] == ["alerts: must be a mapping, got list"]
 
 
-def test_thresholds_mapping_loader():
-    th, problems = load_thresholds({"watermark": 0.95, "warning": 0.85})
-    assert problems == [] and th == Thresholds(watermark=0.95, warning=0.85)
-    _, problems = load_thresholds({"watermark": 0.7})
-    assert any("thresholds.warning: must be below thresholds.watermark" in p for p in problems)
-    _, problems = load_thresholds({"watermak": 0.9, "warning": "high"})
-    assert any(p.startswith("thresholds.watermak: unknown key") for p in problems)
-    assert any(p.startswith("thresholds.warning: must be a number") for p in problems)
+def test_thresholds_are_read_by_the_sidecars_own_loader():
+    """One reading of thresholds: the configuration's, which the rules render from."""
+    th = build_config({"thresholds": {"watermark": 0.95, "warning": 0.85}}).thresholds
+    assert th == Thresholds(watermark=0.95, warning=0.85)
+    with pytest.raises(ConfigError) as e:
+        build_config({"thresholds": {"watermark": 0.7}})
+    assert any("thresholds.warning: must be below thresholds.watermark" in p for p in e.value.problems)
+    with pytest.raises(ConfigError) as e:
+        build_config({"thresholds": {"watermak": 0.9, "warning": "high"}})
+    assert any(p.startswith("thresholds.watermak: unknown field") for p in e.value.problems)
+    assert any(p.startswith("thresholds.warning: must be a finite number") for p in e.value.problems)
+
+
+def test_the_alerts_section_is_held_parsed_by_the_configuration():
+    params = build_config({"alerts": {"critical_for": "2m", "prefix_hit_ratio_low": "0.3"}}).alerts
+    assert params == RuleParams(critical_for="2m", prefix_hit_ratio_low=0.3)
+    with pytest.raises(ConfigError) as e:
+        build_config({"alerts": {"critical_for": "soon"}})
+    assert e.value.problems == ["alerts.critical_for: not a Prometheus duration: 'soon' (use e.g. 30s, 5m, 1h30m, 1d)"]
 
 
 def test_bad_config_exits_2_with_the_field_named_and_no_traceback(tmp_path, capsys):

@@ -64,7 +64,7 @@ def test_parse_memory_refuses(text):
 @pytest.mark.parametrize(
     ("name", "measured_gib", "tolerance"),
     [
-        # vLLM "Model loading took X GiB" (kv-capacity.md §A8)
+        # vLLM "Model loading took X GiB" in real logs (docs/capacity.md, "The budget")
         ("Llama-3.1-8B", 14.99, 0.01),
         ("Qwen2.5-7B", 14.25, 0.01),          # Qwen2-7B has the same shape
         # mxfp4 experts: 60.7 GiB from the shapes, 6 % under the log, because vLLM's MXFP4 MoE
@@ -108,7 +108,8 @@ def test_broken_safetensors_index_is_named(tmp_path):
 # ------------------------------------------------------------- budget
 
 def test_utilization_is_a_fraction_of_total_memory_not_of_what_is_left():
-    """Seed 000 says 90% of (total − weights − overhead) goes to KV; vLLM takes total × 0.9 − the rest."""
+    """A common reading (docs/capacity.md, "Worked examples") gives KV 90% of (total − weights − overhead);
+    vLLM takes total × 0.9 − the rest."""
     spec = load_model(config_path("Llama-3.1-8B"))
     layout = kv_layout(spec)
     total, w = 24 * 10**9, 16 * 10**9
@@ -118,7 +119,7 @@ def test_utilization_is_a_fraction_of_total_memory_not_of_what_is_left():
     )
     assert b.requested_bytes == int(total * 0.9)
     assert b.kv_budget_bytes == int(total * 0.9) - w - 2 * 10**9  # 3.6 GB
-    seed000 = int((total - w - 2 * 10**9) * 0.9)  # 5.4 GB: the seed's reading
+    seed000 = int((total - w - 2 * 10**9) * 0.9)  # 5.4 GB: the article's reading
     assert b.kv_budget_bytes != seed000
 
 
@@ -133,7 +134,10 @@ def test_cudagraph_term_only_from_vllm_0_21():
 
 
 def test_activation_estimate_in_observed_range():
-    """0.2–1.5 GiB at max_num_batched_tokens 2048 for ≤ 8B models (kv-capacity.md §A8)."""
+    """0.2–1.5 GiB at max_num_batched_tokens 2048 for ≤ 8B models in real vLLM logs.
+
+    Source: docs/capacity.md, "The budget".
+    """
     for name in ("Llama-3.1-8B", "Qwen2.5-7B", "Qwen3-8B", "Llama-2-7b-chat-hf"):
         spec = load_model(config_path(name))
         act = activation_estimate_bytes(spec, kv_layout(spec), 2048)

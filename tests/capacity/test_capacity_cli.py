@@ -102,7 +102,7 @@ def test_a_4k_model_runs_with_the_defaults():
 
 
 def test_measured_weights_replace_the_estimate():
-    """--weights-memory: vLLM's "Model loading took 64.4 GiB" for gpt-oss-120b (kv-capacity.md §A8)."""
+    """--weights-memory: vLLM's "Model loading took 64.4 GiB" for gpt-oss-120b (docs/capacity.md, "The budget")."""
     base = ["--model-config", str(config_path("gpt-oss-120b")), "--gpu-memory", "H100-80GB", "--format", "json"]
     estimated = json.loads(capacity(*base).stdout)
     out = capacity(*base, "--weights-memory", "64.4GiB")

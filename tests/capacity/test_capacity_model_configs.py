@@ -1,4 +1,4 @@
-"""Every saved config.json against kv-capacity.md §B3 (bf16, TP 1), plus TP,
+"""Every saved config.json against docs/capacity.md's "Checked values" (bf16, TP 1), plus TP,
 fp8 and the naive values a `2 · L · kv_heads · hidden/heads · 2` calculator gives.
 """
 
@@ -10,7 +10,7 @@ from sidecar.capacity import CapacityError, kv_layout, layer_kinds, load_model
 
 from capacity_fixtures import MODEL_CONFIGS, config_path
 
-# name: (attention, growing-layer bytes/token, all-layers bytes/token) — §B3.
+# name: (attention, growing-layer bytes/token, all-layers bytes/token) — docs/capacity.md, "Checked values".
 B3 = {
     "Llama-2-7b-chat-hf": ("mha", 524_288, 524_288),
     "Llama-3.1-8B": ("gqa", 131_072, 131_072),
@@ -33,7 +33,8 @@ B3 = {
 
 def test_every_saved_config_is_covered():
     saved = {p.stem for p in MODEL_CONFIGS.glob("*.json")}
-    assert saved == set(B3), "a config was added to or removed from ../shared; update B3 here"
+    assert saved == set(B3), ("a config was added to or removed from tests/fixtures/model-configs; "
+                              "update B3 here and docs/capacity.md")
 
 
 @pytest.mark.parametrize("name", sorted(B3))
@@ -100,7 +101,7 @@ def test_qwen3_next_hybrid_block_size_and_groups():
 @pytest.mark.parametrize(
     ("name", "tp", "per_rank"),
     [
-        ("Llama-3.1-70B-Instruct", 4, 81_920),   # §B3: TP4 → 81,920 per rank
+        ("Llama-3.1-70B-Instruct", 4, 81_920),   # docs/capacity.md: TP4 → 81,920 per rank
         ("Llama-3.1-70B-Instruct", 8, 40_960),
         ("Llama-3.1-70B-Instruct", 16, 40_960),  # 8 KV heads: replicated beyond TP 8
         ("Llama-3.1-8B", 2, 65_536),

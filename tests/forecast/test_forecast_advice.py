@@ -20,7 +20,8 @@ SCENARIOS = {
     "asleep at a huge peak": (dict(asleep=True, peak_demand_tokens=500_000), "none", "engine_asleep"),
     "warming up": (dict(asleep=False, peak_demand_tokens=None), "none", "insufficient_data"),
     "peak at target": (dict(asleep=False, peak_demand_tokens=0.75 * 98_288), "none", "within_target"),
-    "peak at 0.79 (inside the dead band)": (dict(asleep=False, peak_demand_tokens=0.79 * 98_288), "none", "within_target"),
+    "peak at 0.79 (inside the dead band)": (dict(asleep=False, peak_demand_tokens=0.79 * 98_288),
+                                            "none", "within_target"),
     # 0.9 x 98,288 = 88,459 -> C* = (cdiv(117,946, 16) + 1) x 16 = 117,968 <= 131,072
     "peak at 0.9, room up to hi": (dict(asleep=False, peak_demand_tokens=0.9 * 98_288),
                                    "raise_gpu_memory_utilization", "peak_above_target"),
@@ -35,7 +36,8 @@ SCENARIOS = {
     "peak at 0.3": (dict(asleep=False, peak_demand_tokens=0.3 * 98_288),
                     "lower_gpu_memory_utilization", "peak_below_target"),
     # one 98,288-token request needs (6143 + 1) blocks = the whole pool: cannot shrink it
-    "peak at 0.3, max_model_len fills the pool": (dict(asleep=False, peak_demand_tokens=0.3 * 98_288, max_model_len=98_288),
+    "peak at 0.3, max_model_len fills the pool": (dict(asleep=False, peak_demand_tokens=0.3 * 98_288,
+                                                       max_model_len=98_288),
                                                   "lower_max_model_len", "max_model_len_blocks_lowering"),
 }
 

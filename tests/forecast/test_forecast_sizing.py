@@ -46,7 +46,8 @@ def test_real_max_length_concurrency_leaves_out_the_null_block():
     assert max_concurrent_requests(usable_blocks=47, request_tokens=CPU_MAX_MODEL_LEN, block_size=CPU_BLOCK) == 5
     big = cache_config("gqa-1gib_load")
     assert float(big["kv_cache_max_concurrency"]) == 1024.0
-    assert max_concurrent_requests(usable_blocks=int(big["num_gpu_blocks"]) - 1, request_tokens=1024, block_size=128) == 1023
+    usable = int(big["num_gpu_blocks"]) - 1
+    assert max_concurrent_requests(usable_blocks=usable, request_tokens=1024, block_size=128) == 1023
 
 
 def test_real_observed_request_length_explains_the_preemptions():
@@ -164,7 +165,8 @@ def test_shortfall_replicas_and_levers_hand_computed():
 def test_fewer_kv_heads_lever_stops_at_one_head_per_rank():
     assert capacity_with_kv_heads(capacity_tokens=C0, kv_heads=8, new_kv_heads=4, block_size=16) == 2 * C0
     # TP 8: 8 heads -> 1 per rank already; 4 heads are replicated to 1 per rank too: no gain
-    assert capacity_with_kv_heads(capacity_tokens=C0, kv_heads=8, new_kv_heads=4, tensor_parallel=8, block_size=16) == C0
+    assert capacity_with_kv_heads(capacity_tokens=C0, kv_heads=8, new_kv_heads=4, tensor_parallel=8,
+                                  block_size=16) == C0
 
 
 def test_max_model_len_lever():

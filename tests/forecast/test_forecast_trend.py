@@ -1,4 +1,4 @@
-"""Fill rate and time until full on hand-computed series (issue 5 §2, last bullet).
+"""Fill rate and time until full on hand-computed series.
 
 Each series is replayed the way the daemon evaluates it: at every scrape, the
 samples of the last WINDOW_S seconds go to fill_rate, and the free tokens of
@@ -10,15 +10,15 @@ from __future__ import annotations
 import math
 
 import pytest
+from forecast_captures import CAPTURES_IN_RUN_ORDER, histogram
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forecast_captures import CAPTURES_IN_RUN_ORDER, histogram
 from sidecar.forecast import (
     Trend,
     demand_tokens,
-    earliest_full,
     detect_counter_resets,
+    earliest_full,
     fill_rate,
     mean_request_kv_tokens,
     theil_sen_slope,
@@ -27,10 +27,10 @@ from sidecar.forecast import (
 )
 
 BLOCK = 16
-USABLE = 8192 * BLOCK  # the issue's scenario pool: 8192 usable blocks = 131,072 tokens
+USABLE = 8192 * BLOCK  # the scenario library's pool: 8192 usable blocks = 131,072 tokens
 SCRAPE_S = 5.0
 WINDOW_S = 300.0
-#: The forecast alert fires when time_until_full < 900 s (issue 5 §2).
+#: The forecast alert fires when time_until_full < 900 s (alerts/, KVCacheFullSoon).
 ALERT_S = 900.0
 
 
@@ -211,7 +211,7 @@ def test_unmarked_restart_gives_no_spike():
 
 def test_saturated_and_flat_is_zero_seconds():
     saturated = every(300, lambda t: USABLE + 20_000)  # demand above capacity (waiting for KV), flat
-    for t, rate, until in replay(saturated):
+    for _t, _rate, until in replay(saturated):
         assert until == 0.0
     assert fill_rate(saturated) == 0.0
 

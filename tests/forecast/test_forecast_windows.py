@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from synthetic import slow_ramp
 
 from sidecar.forecast import earliest_full, fill_rate, trend_over
-from synthetic import slow_ramp
 
 
 def test_a_slow_ramp_is_noise_to_the_short_window_and_a_fill_to_the_long_ones():

@@ -1,15 +1,17 @@
-"""Issue 5 §2: the forecast alert fires before the first preemption on a ramp and stays quiet on steady-low.
+"""The forecast alert fires before the first preemption on a ramp and stays quiet on steady-low.
 
-Runs the bench's own replay and rule evaluation (``bench/forecast.py``: 10-minute pre-roll at the
-scenario's initial rate, a scrape and a rule evaluation every 5 simulated seconds, Prometheus
-``for:`` semantics) with the rule and forecast settings the bench reports, so the test and the
-closing-note table cannot disagree.
+Runs the replay and rule evaluation that ``bench/forecast.py`` reports
+(:mod:`sidecar.forecast_validation`: 10-minute pre-roll at the scenario's initial rate, a scrape
+and a rule evaluation every 5 simulated seconds, Prometheus ``for:`` semantics) with the rule and
+forecast settings the bench reports, so the test and the results table of
+docs/forecast-validation.md cannot disagree.
 """
 
 from __future__ import annotations
 
-import forecast as bench
 import pytest
+
+from sidecar import forecast_validation as bench
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -26,7 +28,7 @@ def test_for_semantics_on_a_hand_made_series():
     ttf = [100.0] * 30 + [None] + [100.0] * 48  # the gauge missing once at t=155 s
     tr.g = {n: [None] * len(tr.t) for n in bench.GAUGES}
     tr.g[bench.TTF] = ttf
-    eps = bench.firings(bench.FORECAST_ISSUE, tr)
+    eps = bench.firings(bench.FORECAST_SPECIFIED, tr)
     assert eps == [(125.0, 150.0), (160.0 + 120.0, tr.t[-1])]
 
 

@@ -1,23 +1,25 @@
-"""Issue 5 §2 "Time": a scenario gives the same gauges at ``--speed 1`` and ``--speed 20``.
+"""Simulated time: a scenario gives the same gauges at ``--speed 1`` and ``--speed 20``.
 
 Two real ``kv-sidecar simulate`` processes serve the same scenario and seed, one at 1 simulated
 second per wall second, one at 20. In-process daemons (:class:`sidecar.daemon.Sidecar` with the
 capacity and forecast layers, targets ``clock: simulated`` from a YAML file; one daemon per
-target, as deployed) scrapes them with its own ``scrape_once`` — real HTTP, real ``X-Simulated-Time`` header — every 5 simulated seconds:
-every 5 s of wall time at speed 1, every 250 ms at speed 20, for 50 simulated seconds.
+target, as deployed) scrapes them with its own ``scrape_once`` — real HTTP, real ``X-Simulated-Time``
+header — every 5 simulated seconds: every 5 s of wall time at speed 1, every 250 ms at speed 20, for
+50 simulated seconds.
 
 Two checks:
 
 1. **Exact.** Each run's gauges equal, to float precision, those of an in-process replay
-   (``bench/replay.py``) of the same scenario scraped at exactly the simulated times the header
+   (:mod:`sidecar.replay`) of the same scenario scraped at exactly the simulated times the header
    reported. So the gauges are a function of simulated time alone: wall speed and the HTTP hop
    change nothing. (The simulator's state at time t does not depend on the steps taken to reach
    t, which this also relies on.) A daemon stamping samples with its wall clock would fail here:
    at speed 20 its fill rate would be 20× the replay's.
 2. **Across speeds.** The two runs cannot be scraped at identical simulated instants (scrape
    jitter of 50 ms is 1 simulated second at speed 20), so they are compared at the nearest samples
-   (at most 2.5 simulated seconds apart; a slow sample without such a partner is skipped): usage and demand within 0.05 of the pool (a few requests'
-   worth of KV over 2.5 s of this ramp), fill rate and time until full within a factor of 2 —
+   (at most 2.5 simulated seconds apart; a slow sample without such a partner is skipped): usage and
+   demand within 0.05 of the pool (a few requests' worth of KV over 2.5 s of this ramp), fill rate and
+   time until full within a factor of 2 —
    versus the factor 20 that wall-clock stamps would give.
 """
 
@@ -37,12 +39,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sidecar.replay import Pipeline, new_parser, replay_config, scrape_body
 
 from sidecar.config import load_config
 from sidecar.daemon import Sidecar
 from sidecar.generations import Generation
 from sidecar.layers import build_extenders
+from sidecar.replay import Pipeline, new_parser, replay_config, scrape_body
 from sidecar.simulator import SimConfig, Simulator
 
 pytestmark = pytest.mark.timeout(120)
@@ -153,15 +155,16 @@ def test_same_gauges_at_speed_1_and_20(tmp_path: Path):
                 for s in sidecars.values():
                     await s.aclose()
 
-        runs = dict(zip(("slow", "fast"), asyncio.run(both())))
+        runs = dict(zip(("slow", "fast"), asyncio.run(both()), strict=False))
 
     # 1. Exact: each run equals the in-process replay at its own simulated sample times.
     for name, run in runs.items():
         times = [t for t, _ in run]
         assert times == sorted(times) and times[-1] - times[0] >= SIM_SPAN_S - 2 * SIM_STEP_S, (name, times)
-        for (t, got), want in zip(run, _reference(times)):
+        for (t, got), want in zip(run, _reference(times), strict=False):
             for g in GAUGES:
-                assert _same(got[g], want[g]), f"{name} (speed {SPEEDS[name]:g}) at t={t:.3f}: {g} {got[g]} != {want[g]}"
+                assert _same(got[g], want[g]), \
+                    f"{name} (speed {SPEEDS[name]:g}) at t={t:.3f}: {g} {got[g]} != {want[g]}"
         rates = [v["kvcache_fill_rate_tokens_per_second"] for _, v in run]
         assert any(r is not None and r > 0 for r in rates), f"{name}: the fill rate was never published: {rates}"
 

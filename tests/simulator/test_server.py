@@ -9,12 +9,12 @@ import sys
 import time
 
 import httpx
+from fixtures import REPO
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.generations import Generation
 from sidecar.simulator import Simulator
 from sidecar.simulator.server import SimServer
-from fixtures import REPO
 
 HARNESS = ("import argparse,sys; from sidecar.simulator.cli import add_parser; "
            "p=argparse.ArgumentParser(prog='kv-sidecar'); s=p.add_subparsers(); add_parser(s); "

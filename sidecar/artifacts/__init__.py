@@ -1,0 +1,11 @@
+"""Everything the project generates from its configuration.
+
+- :mod:`.params`: the parameters (thresholds, rule parameters) and the names artifacts share
+  (dashboard uids and variables);
+- :mod:`.rules`: the Prometheus alerting and recording rules;
+- :mod:`.kubernetes`: Kubernetes wrappers (the ``PrometheusRule``);
+- :mod:`.files`: stable YAML/JSON text and atomic writes;
+- :mod:`.docs`: the generated documentation (metric table, configuration reference, example config);
+- :mod:`.cli`: ``kv-sidecar rules render``;
+- :mod:`.generate`: ``make generate``, which rewrites every generated file the repository commits.
+"""

@@ -1,0 +1,111 @@
+"""``make generate``: rewrite every file of the repository that is generated from the code.
+
+Each :class:`Generated` entry is a whole file, or a block of one between
+``<!-- NAME:begin ... -->`` and ``<!-- NAME:end -->`` markers (the README's generated tables).
+``tests/test_artifacts.py`` fails, naming ``make generate``, when a committed file differs from
+what its generator gives.
+
+    python -m sidecar.artifacts.generate            # write what changed
+    python -m sidecar.artifacts.generate --check    # exit 1 listing what is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..metrics import oncall_table
+from .docs import configuration_page, example_config, metrics_page, run_flags
+from .files import write_atomically
+from .params import RuleParams, Thresholds
+from .rules import render
+
+FIX = "make generate"
+
+
+@dataclass(frozen=True)
+class Generated:
+    """One generated file (or one marked block of a file) and the function that makes it."""
+
+    path: str  # relative to the repository root
+    make: Callable[[], str]
+    source: str  # what it is generated from
+    block: str | None = None  # the marker name when only a block of the file is generated
+
+    @property
+    def name(self) -> str:
+        return self.path + (f"#{self.block}" if self.block else "")
+
+    def updated(self, current: str) -> str:
+        """The file's text with this artifact regenerated (``current``: the file as it is now)."""
+        if self.block is None:
+            return self.make()
+        name = re.escape(self.block)
+        pattern = re.compile(rf"(<!-- {name}:begin[^>]*-->\n)(.*?)(<!-- {name}:end -->)", re.S)
+        if not pattern.search(current):
+            raise ValueError(f"{self.path} lost its <!-- {self.block}:begin --> / <!-- {self.block}:end --> markers")
+        return pattern.sub(lambda m: m.group(1) + self.make() + m.group(3), current, count=1)
+
+
+#: Every generated file the repository commits.
+GENERATED: tuple[Generated, ...] = (
+    Generated("alerts/kvcache.rules.yaml", lambda: render(Thresholds(), RuleParams()),
+              "sidecar/artifacts/rules.py with the default thresholds and alerts"),
+    Generated("docs/metrics.md", metrics_page, "sidecar/metrics.py"),
+    Generated("docs/configuration.md", configuration_page, "sidecar/settings.py"),
+    Generated("deploy/examples/sidecar.yaml", example_config, "sidecar/settings.py"),
+    Generated("README.md", oncall_table, "sidecar/metrics.py (ONCALL)", block="oncall-metrics"),
+    Generated("README.md", run_flags, "sidecar/settings.py", block="run-flags"),
+)
+
+
+def stale(root: Path) -> list[Generated]:
+    """The artifacts whose committed text under ``root`` differs from what their generator gives."""
+    out = []
+    for artifact in GENERATED:
+        path = root / artifact.path
+        current = path.read_text(encoding="utf-8") if path.exists() else ""
+        if artifact.updated(current) != current:
+            out.append(artifact)
+    return out
+
+
+def generate(root: Path) -> list[Path]:
+    """Rewrite every out-of-date artifact under ``root``; the paths written."""
+    written: list[Path] = []
+    for artifact in GENERATED:  # in order: two blocks of one file are applied one after the other
+        path = root / artifact.path
+        current = path.read_text(encoding="utf-8") if path.exists() else ""
+        text = artifact.updated(current)
+        if text != current:
+            write_atomically(path, text)
+            written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sidecar.artifacts.generate [--check] [--root DIR]``."""
+    parser = argparse.ArgumentParser(prog="python -m sidecar.artifacts.generate", description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=Path.cwd(), help="the repository (default: .)")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is out of date")
+    args = parser.parse_args(argv)
+    try:
+        if args.check:
+            out_of_date = stale(args.root)
+            for artifact in out_of_date:
+                print(f"{artifact.name} is out of date (from {artifact.source}): run `{FIX}`", file=sys.stderr)
+            return 1 if out_of_date else 0
+        for path in generate(args.root):
+            print(f"wrote {path}", file=sys.stderr)
+    except (OSError, ValueError) as e:
+        print(f"generate: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

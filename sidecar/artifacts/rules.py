@@ -1,0 +1,300 @@
+"""Prometheus alerting and recording rules, generated from the sidecar's thresholds.
+
+The committed ``alerts/kvcache.rules.yaml`` is the output of this module with
+the defaults (``make generate`` writes it, a test keeps them equal), so what
+pages on-call is reviewable YAML *and* cannot drift from the watermark the
+sidecar reports headroom against: both read the ``thresholds:`` section of the
+same configuration (:class:`sidecar.artifacts.params.Thresholds`). Durations,
+the sidecar's job name and link bases come from the ``alerts:`` section
+(:class:`sidecar.artifacts.params.RuleParams`).
+
+Conventions (the monitoring-mixins guidelines, "Guidelines for alert names,
+labels, and annotations", github.com/monitoring-mixins/docs): alert names share
+the ``KVCache`` prefix; ``severity`` is ``critical`` (pages), ``warning``
+(tickets) or ``info`` (recorded only); every alert carries ``summary``,
+``description``, ``runbook_url`` and ``dashboard_url``; recording rules are
+named ``level:metric:operations`` (Prometheus docs, "Recording rules").
+
+Pure: :func:`build_rule_groups` maps (thresholds, params) to the rule-file
+mapping and :func:`render` to text. The ``kv-sidecar rules render`` command
+(:mod:`sidecar.artifacts.cli`) is the I/O edge around them.
+"""
+
+from __future__ import annotations
+
+from string import Template
+from typing import Any
+
+from ..units import prometheus_duration_seconds
+from .files import dump_yaml
+from .kubernetes import prometheus_rule
+from .params import (
+    DASHBOARD_CAPACITY_UID,
+    DASHBOARD_OVERVIEW_UID,
+    VAR_MODEL_NAME,
+    VAR_NAMESPACE,
+    VAR_POD,
+    RuleParams,
+    Thresholds,
+)
+
+#: File names ``rules render --out DIR`` writes.
+RULES_FILE_NAME = "kvcache.rules.yaml"
+PROMETHEUSRULE_FILE_NAME = "kvcache.prometheusrule.yaml"
+
+#: The output formats of :func:`render`: a plain Prometheus rule file, or a Kubernetes PrometheusRule.
+FORMATS = ("rules", "prometheusrule")
+
+#: Every alert this module generates, in file order (runbooks are
+#: ``docs/runbooks/<name>.md``; a test keeps the two sets equal).
+ALERT_NAMES = (
+    "KVCacheAlmostFull",
+    "KVCacheFullSoon",
+    "KVCachePreemptions",
+    "KVCacheRequestsWaitingForKV",
+    "KVCachePrefixHitRatioLow",
+    "KVCacheCapacityMismatch",
+    "KVCacheOverProvisioned",
+    "KVCacheSidecarScrapeFailing",
+    "KVCacheSidecarDown",
+)
+
+
+# ---------------------------------------------------------------------------
+# Rule construction (pure)
+# ---------------------------------------------------------------------------
+
+# Where an engine-level alert happened, readable with or without Kubernetes
+# labels: "llama (engine 0) on llm/vllm-0" or "… on 10.0.0.7:9437".
+_WHERE_ENGINE = ("{{ $labels.model_name }} (engine {{ $labels.engine }}) on "
+                 "{{ with $labels.namespace }}{{ . }}/{{ end }}{{ or $labels.pod $labels.instance }}")
+_WHERE_MODEL = "{{ $labels.model_name }}{{ with $labels.namespace }} in namespace {{ . }}{{ end }}"
+_WHERE_SIDECAR = "{{ with $labels.namespace }}{{ . }}/{{ end }}{{ or $labels.pod $labels.instance }}"
+
+
+def _pct(x: float) -> str:
+    """0.9 -> "90%" (no float noise such as 90.00000000000001%)."""
+    return f"{round(x * 100, 4):g}%"
+
+
+def _num(x: float) -> str:
+    """A threshold as PromQL text, exactly: 0.9 -> "0.9", 900.0 -> "900", 0.123456789 stays whole."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def _fill(text: str, **values: Any) -> str:
+    """Substitute ``${name}`` placeholders; Go-template ``$labels``/``$value`` are left alone."""
+    return Template(text).safe_substitute(**values)
+
+
+def _dashboard_url(params: RuleParams, uid: str, *, pod: bool = False) -> str:
+    """The dashboard ``uid`` with its variables set from the alert's labels of the same names."""
+    variables = (VAR_NAMESPACE, VAR_MODEL_NAME) + ((VAR_POD,) if pod else ())
+    query = "&".join(f"var-{v}={{{{ $labels.{v} | urlquery }}}}" for v in variables)
+    return f"{params.dashboard_base_url}/d/{uid}?{query}"
+
+
+def _alert(params: RuleParams, name: str, expr: str, severity: str, summary: str, description: str,
+           *, for_: str | None, dashboard_uid: str, dashboard_pod: bool = True) -> dict[str, Any]:
+    rule: dict[str, Any] = {"alert": name, "expr": expr}
+    if for_:
+        rule["for"] = for_
+    rule["labels"] = {"severity": severity}
+    rule["annotations"] = {
+        "summary": summary,
+        "description": description,
+        "runbook_url": f"{params.runbook_base_url}/{name}.md",
+        "dashboard_url": _dashboard_url(params, dashboard_uid, pod=dashboard_pod),
+    }
+    return rule
+
+
+def recording_rules() -> list[dict[str, str]]:
+    """Per namespace/model aggregates for the dashboards and the weekly report.
+
+    Ratios are ratios of sums (``sum(rate(hits)) / sum(rate(queries))``, used
+    over used + free), never averages of per-pod ratios, which would weigh an
+    idle pod like a busy one (Prometheus docs, "Recording rules" practices:
+    aggregate the numerator and denominator separately, then divide).
+    """
+    by = "by (namespace, model_name)"
+
+    def agg(op: str, metric: str) -> dict[str, str]:
+        return {"record": f"namespace_model:{metric}:{op}", "expr": f"{op} {by} ({metric})"}
+
+    def rate5m(counter: str) -> dict[str, str]:
+        base = counter.removesuffix("_total")
+        return {"record": f"namespace_model:{base}:rate5m", "expr": f"sum {by} (rate({counter}[5m]))"}
+
+    return [
+        agg("max", "kvcache_usage_ratio"),
+        agg("avg", "kvcache_usage_ratio"),
+        # Token-weighted usage of the whole namespace/model: used + free is
+        # each engine's usable capacity (capacity minus the null block).
+        {"record": "namespace_model:kvcache_used_per_usable_tokens:ratio",
+         "expr": f"sum {by} (kvcache_used_tokens)\n/\n"
+                 f"(sum {by} (kvcache_used_tokens) + sum {by} (kvcache_free_tokens))"},
+        agg("sum", "kvcache_capacity_tokens"),
+        agg("sum", "kvcache_used_tokens"),
+        agg("sum", "kvcache_free_tokens"),
+        agg("sum", "kvcache_demand_tokens"),
+        agg("min", "kvcache_time_until_full_seconds"),
+        agg("sum", "kvcache_requests_running"),
+        {"record": "namespace_model_reason:kvcache_requests_waiting:sum",
+         "expr": "sum by (namespace, model_name, reason) (kvcache_requests_waiting)"},
+        rate5m("kvcache_preemptions_total"),
+        rate5m("kvcache_prefix_cache_queries_tokens_total"),
+        rate5m("kvcache_prefix_cache_hits_tokens_total"),
+        {"record": "namespace_model:kvcache_prefix_cache_hits_per_queries_tokens:ratio_rate5m",
+         "expr": f"sum {by} (rate(kvcache_prefix_cache_hits_tokens_total[5m]))\n/\n"
+                 f"sum {by} (rate(kvcache_prefix_cache_queries_tokens_total[5m]))"},
+        # Usage only while the engine is awake: a sleeping engine reads 0 and
+        # would drag the over-provisioning quantile down.
+        {"record": "engine:kvcache_usage_ratio:awake",
+         "expr": "kvcache_usage_ratio unless kvcache_engine_asleep == 1"},
+    ]
+
+
+def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(capacity alerts, sidecar self-monitoring alerts)."""
+    usage_peak = f"max_over_time(kvcache_usage_ratio[{p.gap_window}])"
+    full_within_s = prometheus_duration_seconds(p.full_soon_within)
+    ov, cap = DASHBOARD_OVERVIEW_UID, DASHBOARD_CAPACITY_UID
+
+    capacity = [
+        _alert(p, "KVCacheAlmostFull", f"{usage_peak} > {_num(th.warning)}", "warning",
+               f"KV cache usage is above {_pct(th.warning)}.",
+               _fill("KV cache of ${where} has been above ${thr} for ${for_} (peak of the last ${gap}: "
+                     "{{ $value | humanizePercentage }}). At ${page} for ${page_for} this pages.",
+                     where=_WHERE_ENGINE, thr=_pct(th.warning), for_=p.warning_for, gap=p.gap_window,
+                     page=_pct(th.watermark), page_for=p.critical_for),
+               for_=p.warning_for, dashboard_uid=ov),
+        _alert(p, "KVCacheAlmostFull", f"{usage_peak} > {_num(th.watermark)}", "critical",
+               f"KV cache usage is above the {_pct(th.watermark)} paging watermark.",
+               _fill("KV cache of ${where} has been above the ${thr} watermark for ${for_} (peak of the last "
+                     "${gap}: {{ $value | humanizePercentage }}). New requests queue and running ones are "
+                     "preempted once it is full.",
+                     where=_WHERE_ENGINE, thr=_pct(th.watermark), for_=p.critical_for, gap=p.gap_window),
+               for_=p.critical_for, dashboard_uid=ov),
+        _alert(p, "KVCacheFullSoon", f"kvcache_time_until_full_seconds < {_num(full_within_s)}", "critical",
+               f"KV cache is forecast to be full within {p.full_soon_within}.",
+               _fill("At the current fill rate the KV cache of ${where} is full in "
+                     "{{ $value | humanizeDuration }} (forecast below ${within} for ${for_}).",
+                     where=_WHERE_ENGINE, within=p.full_soon_within, for_=p.full_soon_for),
+               for_=p.full_soon_for, dashboard_uid=cap),
+        _alert(p, "KVCachePreemptions", f"rate(kvcache_preemptions_total[5m]) > {_num(p.preemptions_per_second)}",
+               "warning", "vLLM keeps preempting requests for lack of KV cache.",
+               _fill("${where} has preempted requests for ${for_} ({{ $value | printf \"%.2f\" }} preemptions/s "
+                     "over 5m): each preemption throws away a request's KV and recomputes it.",
+                     where=_WHERE_ENGINE, for_=p.preemptions_for),
+               for_=p.preemptions_for, dashboard_uid=ov),
+        # Waiting alone is also caused by max_num_seqs or the per-step token
+        # budget (seen on real vLLM at usage < 0.4): only waiting *while the
+        # cache is above the watermark* is KV pressure. reason="all" is what
+        # the sidecar exports for vLLM versions without the reason breakdown.
+        _alert(p, "KVCacheRequestsWaitingForKV",
+               f'max_over_time(kvcache_requests_waiting{{reason=~"capacity|all"}}[{p.gap_window}]) > 0\n'
+               f"and ignoring (reason)\n"
+               f"{usage_peak} > {_num(th.watermark)}",
+               "warning", "Requests are queued because the KV cache is full.",
+               _fill("{{ $value | humanize }} requests of ${where} have waited for scheduler capacity "
+                     "(reason {{ $labels.reason }}) while the KV cache was above ${thr}, for ${for_}.",
+                     where=_WHERE_ENGINE, thr=_pct(th.watermark), for_=p.waiting_for),
+               for_=p.waiting_for, dashboard_uid=ov),
+        _alert(p, "KVCachePrefixHitRatioLow",
+               "namespace_model:kvcache_prefix_cache_hits_per_queries_tokens:ratio_rate5m"
+               f" < {_num(p.prefix_hit_ratio_low)}",
+               "warning", f"Prefix cache hit ratio is below {_pct(p.prefix_hit_ratio_low)}.",
+               _fill("Only {{ $value | humanizePercentage }} of the prompt tokens of ${where} were found in "
+                     "the prefix cache over 5m, for ${for_}.",
+                     where=_WHERE_MODEL, for_=p.prefix_hit_ratio_for),
+               for_=p.prefix_hit_ratio_for, dashboard_uid=ov, dashboard_pod=False),
+        _alert(p, "KVCacheCapacityMismatch",
+               f'abs(kvcache_capacity_efficiency_ratio{{budget="exact"}} - 1) > {_num(p.capacity_mismatch_tolerance)}',
+               "warning", "Actual KV capacity differs from the model's theoretical capacity.",
+               _fill("vLLM's KV capacity for ${where} is off from what its configured KV memory should hold by "
+                     "{{ $value | humanizePercentage }} (tolerance ${tol}): the served configuration is not the "
+                     "one the sidecar was told.",
+                     where=_WHERE_ENGINE, tol=_pct(p.capacity_mismatch_tolerance)),
+               for_=p.capacity_mismatch_for, dashboard_uid=cap),
+        _alert(p, "KVCacheOverProvisioned",
+               f"quantile_over_time({_num(p.overprovisioned_quantile)}, engine:kvcache_usage_ratio:awake"
+               f"[{p.overprovisioned_window}]) < {_num(p.overprovisioned_below)}\n"
+               # only engines that have existed for the whole window
+               f"and present_over_time(kvcache_usage_ratio[1h] offset "
+               f"{_window_minus_1h(p.overprovisioned_window)})\n"
+               f"unless kvcache_engine_asleep == 1",
+               "info", "KV cache is over-provisioned.",
+               _fill("p${q} of the awake-time KV usage of ${where} over ${window} is "
+                     "{{ $value | humanizePercentage }}, below ${below}: memory could go to a smaller "
+                     "gpu_memory_utilization or fewer replicas.",
+                     where=_WHERE_ENGINE, q=f"{round(p.overprovisioned_quantile * 100, 2):g}",
+                     window=p.overprovisioned_window, below=_pct(p.overprovisioned_below)),
+               for_=p.overprovisioned_for, dashboard_uid=cap),
+    ]
+
+    job = f'job="{p.sidecar_job}"'
+    sidecar = [
+        # last_success is absent until the first successful scrape, so a
+        # model that is still loading (20 s - 10 min) cannot fire this.
+        _alert(p, "KVCacheSidecarScrapeFailing",
+               "kvcache_sidecar_target_up == 0\nand\nkvcache_sidecar_last_success_timestamp_seconds",
+               "warning", "The KV-cache sidecar cannot read vLLM's metrics.",
+               _fill("Sidecar ${where} has failed to scrape its target {{ $labels.target }} for ${for_}; "
+                     "its KV gauges, and the alerts on them, are going stale.",
+                     where=_WHERE_SIDECAR, for_=p.scrape_failing_for),
+               for_=p.scrape_failing_for, dashboard_uid=ov),
+        # critical: with the sidecar gone the KVCacheAlmostFull page cannot fire.
+        _alert(p, "KVCacheSidecarDown", f"up{{{job}}} == 0\nor\nabsent(up{{{job}}})", "critical",
+               "The KV-cache sidecar is down; KV-cache pages cannot fire.",
+               _fill("{{ with $labels.instance }}Prometheus has failed to scrape the sidecar at {{ . }}"
+                     "{{ else }}No target of job ${job} is known to Prometheus{{ end }} for ${for_}, so "
+                     "KV-cache alerts for it are blind.",
+                     job=p.sidecar_job, for_=p.sidecar_down_for),
+               for_=p.sidecar_down_for, dashboard_uid=ov),
+    ]
+    return capacity, sidecar
+
+
+def _window_minus_1h(window: str) -> str:
+    """The offset at which a 1h presence check looks back to the start of ``window`` (1d -> 23h)."""
+    seconds = int(max(prometheus_duration_seconds(window) - 3600, 0))
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts) or "0s"
+
+
+def build_rule_groups(thresholds: Thresholds, params: RuleParams) -> dict[str, Any]:
+    """The rule-file mapping (``{"groups": [...]}``) for these thresholds and params."""
+    capacity, sidecar = alerting_rules(thresholds, params)
+    groups = [
+        {"name": "kvcache.rules", "rules": recording_rules()},
+        {"name": "kvcache-capacity", "rules": capacity},
+        {"name": "kvcache-sidecar", "rules": sidecar},
+    ]
+    if params.evaluation_interval:
+        for g in groups:
+            # "interval" right after "name", as Prometheus' docs write it
+            rules = g.pop("rules")
+            g["interval"] = params.evaluation_interval
+            g["rules"] = rules
+    return {"groups": groups}
+
+
+def render(thresholds: Thresholds, params: RuleParams, fmt: str = "rules", variant: str = "default") -> str:
+    """The file text: a header saying how it was made, then the YAML."""
+    if variant == "fast":
+        params = params.fast()
+    groups = build_rule_groups(thresholds, params)
+    doc = groups if fmt == "rules" else prometheus_rule(groups)
+    header = (
+        "# Generated by `kv-sidecar rules render` (sidecar/artifacts/rules.py); do not edit by hand.\n"
+        "# Change the `thresholds:`/`alerts:` config sections or the generator, then re-render\n"
+        "# (the repository's alerts/kvcache.rules.yaml: `make generate`; a test keeps it current).\n"
+        f"# variant={variant} watermark={_num(thresholds.watermark)} warning={_num(thresholds.warning)} "
+        f"target_usage={_num(thresholds.target_usage)}\n"
+    )
+    return header + dump_yaml(doc)

@@ -1,0 +1,184 @@
+"""The capacity layer: the theoretical KV capacity from config.json next to vLLM's own figure.
+
+Gauges ``kvcache_theoretical_bytes_per_token``, ``kvcache_model_info``,
+``kvcache_theoretical_capacity_tokens{budget}`` and
+``kvcache_capacity_efficiency_ratio{budget}`` (docs/capacity.md). The model's
+config.json is read once, at start-up; per scrape the layer only follows the
+block size, KV dtype and ``max_model_len`` vLLM reports.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .. import capacity as cap
+from ..config import ConfigError, ModelSettings
+from ..derive import Derived
+from ..forecast.policy import NonKVBytes
+from ..observation import Observation
+from ..state import History, TargetModelEngine
+from .cache_labels import actual_capacity, label, label_float, max_model_len
+
+log = logging.getLogger("kv_sidecar.layers")
+
+#: cache_dtype label values that mean a 1-byte KV cache (vllm/config/cache.py CacheDType).
+_FP8 = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+
+#: The capacity model's errors name the calculator's flags; the sidecar's fields are these.
+_FIELD_OF_FLAG = {"--model-config": "model.config", "--tensor-parallel-size": "model.tensor_parallel_size",
+                  "--pipeline-parallel-size": "model.pipeline_parallel_size", "--dtype": "model.dtype",
+                  "--gpu-memory": "model.gpu_memory"}
+
+
+def _as_config_field(message: str) -> str:
+    """A capacity-model error with the flag it starts with replaced by the sidecar's config field."""
+    flag, sep, rest = message.partition(": ")
+    if sep and flag in _FIELD_OF_FLAG:
+        return f"{_FIELD_OF_FLAG[flag]}: {rest}"
+    return f"model: {message}"
+
+
+@dataclass(frozen=True)
+class Theory:
+    """What the capacity model says about one engine, given vLLM's cache settings."""
+
+    layout: cap.KVLayout
+    exact_tokens: int | None  # from vLLM's kv_cache_memory_bytes
+    estimated_tokens: int | None  # from the GPU-memory estimator
+    budget: cap.Budget | None  # the estimated budget (weights, activation, ...)
+
+
+class CapacityLayer:
+    """Theoretical capacity from config.json (``model.*`` settings) next to vLLM's own figure."""
+
+    #: relative disagreement above which the likely causes are logged (once per engine and budget)
+    TOLERANCE = 0.05
+
+    def __init__(self, settings: ModelSettings):
+        if settings.config is None:
+            raise ValueError("CapacityLayer needs model.config")
+        self.settings = settings
+        try:
+            self.spec = cap.load_model(settings.config)
+            # Validate TP/PP/dtype now, so a bad combination exits 2 before serving (vLLM refuses it too).
+            cap.kv_layout(self.spec, tp=settings.tensor_parallel_size, pp=settings.pipeline_parallel_size,
+                          dtype=settings.dtype)
+            self.gpu_memory = None if settings.gpu_memory is None else cap.parse_memory(settings.gpu_memory)
+        except cap.CapacityError as e:
+            raise ConfigError([_as_config_field(str(e))]) from None
+        self._layouts: dict[tuple[int | None, str, int | None], cap.KVLayout] = {}
+        #: warnings already logged: ("estimate", engine) and (engine key, budget)
+        self._warned: set[tuple[object, str]] = set()
+
+    def layout_for(self, cc: Mapping[str, str]) -> cap.KVLayout:
+        """The layout vLLM built: block size and KV dtype as vLLM reports them in cache_config_info."""
+        block = label_float(cc, "block_size")
+        block_size = None if block is None else int(block)
+        kv_dtype = (label(cc, "cache_dtype") or "auto").lower()
+        max_len = max_model_len(cc)
+        key = (block_size, kv_dtype, max_len)
+        if key not in self._layouts:
+            self._layouts[key] = cap.kv_layout(
+                self.spec, tp=self.settings.tensor_parallel_size, pp=self.settings.pipeline_parallel_size,
+                dtype=self.settings.dtype, kv_cache_dtype=kv_dtype if kv_dtype in _FP8 + ("auto",) else "auto",
+                block_size=block_size, max_model_len=max_len)
+        return self._layouts[key]
+
+    def theory(self, obs: Observation) -> Theory | None:
+        cc = obs.cache_config
+        if not cc:
+            return None
+        try:
+            layout = self.layout_for(cc)
+        except cap.CapacityError as e:
+            log.warning("capacity model cannot follow vLLM's settings engine=%s: %s", obs.engine, e)
+            return None
+        exact = estimated = None
+        budget = None
+        kv_bytes = label_float(cc, "kv_cache_memory_bytes")
+        max_len = max_model_len(cc)
+        if kv_bytes:
+            exact = self._tokens(layout, int(kv_bytes), max_len)
+        util = label_float(cc, "gpu_memory_utilization")
+        if self.gpu_memory and util and not kv_bytes:
+            try:
+                m = self.settings
+                budget = cap.estimate_budget(self.spec, layout, gpu_memory_bytes=self.gpu_memory,
+                                             gpu_memory_utilization=util, weights=m.weights_memory,
+                                             activation_bytes=m.activation_memory,
+                                             non_torch_bytes=m.non_torch_memory, cudagraph_bytes=m.cudagraph_memory)
+                estimated = self._tokens(layout, budget.kv_budget_bytes, max_len)
+            except cap.CapacityError as e:  # e.g. the weights alone exceed the budget: no estimate, said once
+                budget, estimated = None, None
+                if ("estimate", obs.engine) not in self._warned:
+                    self._warned.add(("estimate", obs.engine))
+                    log.warning("no estimated capacity engine=%s: %s (check model.gpu_memory and the "
+                                "model.*_memory overrides)", obs.engine, e)
+        return Theory(layout, exact, estimated, budget)
+
+    def non_kv_bytes(self, layout: cap.KVLayout) -> NonKVBytes:
+        """Weights, activation peak, non-torch and CUDA-graph bytes on one rank: the model.*_memory
+        overrides, else the capacity model's estimates (docs/capacity.md, "The budget"; CUDA graphs
+        only when given)."""
+        spec, m = self.spec, self.settings
+        weights = m.weights_memory if m.weights_memory is not None else cap.weights_bytes(
+            spec, tp=layout.tp, pp=layout.pp, dtype=layout.served_dtype)
+        activation = m.activation_memory if m.activation_memory is not None else cap.activation_estimate_bytes(
+            spec, layout, layout.max_num_batched_tokens)
+        non_torch = m.non_torch_memory if m.non_torch_memory is not None else cap.non_torch_estimate_bytes(layout)
+        return NonKVBytes(float(weights), float(activation), float(non_torch), float(m.cudagraph_memory or 0))
+
+    @staticmethod
+    def _tokens(layout: cap.KVLayout, budget_bytes: int, max_model_len: int | None) -> int:
+        """vLLM's capacity figure for a budget, by the rule of the version that exported the labels.
+
+        With ``kv_cache_size_tokens``/``kv_cache_max_concurrency`` present (vLLM 0.21+,
+        PR #42206) vLLM reports ``int(max_concurrency × max_model_len)``
+        (``get_kv_cache_capacity`` in ``vllm/v1/core/kv_cache_utils.py``); before,
+        ``num_blocks × block_size`` (docs/capacity.md, "The tokens line across versions").
+        They agree for full attention when ``max_model_len`` is a multiple of the block size.
+        """
+        if max_model_len:
+            return cap.logged_capacity_tokens(layout, cap.num_blocks(layout, budget_bytes), max_model_len=max_model_len)
+        return cap.capacity_tokens(layout, budget_bytes)
+
+    def __call__(self, key: TargetModelEngine, history: History, now: float, d: Derived) -> dict[str, object]:
+        obs = history[-1][1]
+        th = self.theory(obs)
+        if th is None:
+            return {}
+        layout = th.layout
+        out: dict[str, object] = {
+            "kvcache_theoretical_bytes_per_token": layout.bytes_per_token,
+            "kvcache_model_info": {(layout.architecture, layout.attention, layout.kv_dtype, str(layout.tp),
+                                    str(layout.pp)): 1.0},
+        }
+        theoretical: dict[tuple[str, ...], float] = {}
+        efficiency: dict[tuple[str, ...], float] = {}
+        actual = actual_capacity(obs.cache_config, d.pool)
+        for budget, tokens in (("exact", th.exact_tokens), ("estimated", th.estimated_tokens)):
+            if tokens is None:
+                continue
+            theoretical[(budget,)] = tokens
+            if actual is not None and tokens > 0:
+                efficiency[(budget,)] = actual / tokens
+                self._explain(key, budget, actual, tokens)
+        if theoretical:
+            out["kvcache_theoretical_capacity_tokens"] = theoretical
+        if efficiency:
+            out["kvcache_capacity_efficiency_ratio"] = efficiency
+        return out
+
+    def _explain(self, key: TargetModelEngine, budget: str, actual: float, theoretical: float) -> None:
+        if abs(actual / theoretical - 1) <= self.TOLERANCE or (key, budget) in self._warned:
+            return
+        self._warned.add((key, budget))
+        log.warning(
+            "vLLM's KV capacity differs from the model's theoretical one model=%s engine=%s budget=%s "
+            "actual=%d theoretical=%d ratio=%.3f likely causes: served dtype differs from model.dtype "
+            "(float32 downcast to bfloat16), tensor/pipeline parallel sizes differ from model.*, hybrid "
+            "(sliding-window or mamba) layers, CUDA-graph memory (vLLM >= 0.21 budgets it), speculative-decoding "
+            "draft layers sharing the pool, or --num-gpu-blocks-override", key[1], key[2], budget, actual,
+            theoretical, actual / theoretical)

@@ -1,0 +1,249 @@
+"""The forecast layer: demand, fill rate, time until full, concurrency at real lengths, and advice.
+
+Gauges ``kvcache_demand_tokens``, ``kvcache_max_concurrent_requests{basis}``,
+``kvcache_fill_rate_tokens_per_second``, ``kvcache_time_until_{full,watermark}_seconds``
+and the advice (``kvcache_suggested_*``, shortfall, replicas, levers,
+``kvcache_recommendation_info``); formulas in docs/forecast.md. The numbers are
+the pure functions of :mod:`sidecar.forecast`; what to suggest and what to
+withhold is :func:`sidecar.forecast.policy.advise`. This layer keeps, per engine,
+the demand series the trend and the peak are read from.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+
+from .. import forecast as fc
+from ..config import ForecastSettings
+from ..derive import Derived
+from ..forecast.policy import Advice, Pool, ServedModel, Settings, advise
+from ..observation import Histogram, Observation
+from ..state import History, TargetModelEngine
+from .cache_labels import label_float, max_model_len
+from .capacity import CapacityLayer
+
+#: A window statistic of a histogram: (snapshot at the window's start or None, snapshot now) -> value.
+WindowStat = Callable[[fc.HistogramSnapshot | None, fc.HistogramSnapshot], float | None]
+
+
+def _p95(old: fc.HistogramSnapshot | None, new: fc.HistogramSnapshot) -> float | None:
+    return fc.window_quantile(0.95, old, new)
+
+
+class ForecastLayer:
+    """Demand, fill rate, time until full, concurrency at real lengths, advice (docs/forecast.md)."""
+
+    def __init__(self, settings: ForecastSettings, *, watermark: float, target_usage: float, derive_window_s: float,
+                 capacity: CapacityLayer | None):
+        """``watermark``, ``target_usage``: the ``thresholds:`` section; ``derive_window_s``: ``derive.window``
+        (the request lengths are read over it); ``capacity``: the capacity layer, when ``model.config`` is set."""
+        self.settings = settings
+        self.watermark = watermark
+        self.derive_window_s = derive_window_s
+        self.capacity = capacity
+        self.policy = Settings(target_usage=target_usage, utilization_min=settings.utilization_min,
+                               utilization_max=settings.utilization_max, peak_window_s=settings.peak_window_s)
+        #: per engine: (t, demand tokens) over the longest trend window (forecast.long_windows), the trend's samples
+        self._demand: dict[TargetModelEngine, deque[tuple[float, float]]] = {}
+        #: per engine: the running maximum of demand over forecast.peak_window, as a monotonic queue
+        #: (values decreasing from the left): the peak in O(1) per scrape instead of a scan of an hour.
+        self._peaks: dict[TargetModelEngine, deque[tuple[float, float]]] = {}
+        #: per engine: the sample time the layer first saw it (advice to lower needs a whole peak window)
+        self._first_seen: dict[TargetModelEngine, float] = {}
+        #: per engine: sample times at which vLLM restarted (prompt_tokens counter went down)
+        self._resets: dict[TargetModelEngine, list[float]] = {}
+        self._last_counter: dict[TargetModelEngine, float] = {}
+        #: per engine: the latest mean KV tokens per request (prompt + generation/2) seen over derive.window
+        self._per_request: dict[TargetModelEngine, float] = {}
+
+    def __call__(self, key: TargetModelEngine, history: History, now: float, d: Derived) -> dict[str, object]:
+        obs = history[-1][1]
+        pool = d.pool
+        if pool is None or pool.block_size is None or pool.usable_blocks is None or d.used_tokens is None:
+            # e.g. a hybrid model or a generation without cache_config_info: no pool, no advice (advice.py)
+            return {"kvcache_recommendation_info": {("none", "insufficient_data"): 1.0}}
+        bs = pool.block_size
+        out: dict[str, object] = {}
+
+        # Mean KV per request over the derive window, from vLLM's request-length histograms.
+        start = _first_in_window(history, now, self.derive_window_s)
+        mean_prompt = _window(fc.window_mean, start, obs, "prompt_length")
+        mean_gen = _window(fc.window_mean, start, obs, "generation_length")
+        if mean_prompt is not None and mean_gen is not None:
+            self._per_request[key] = fc.mean_request_kv_tokens(mean_prompt, mean_gen)
+        # No request finished within derive.window (a saturated cache can stall them): the last known
+        # length still prices the waiting requests, so the demand does not drop while the queue stands.
+        waiting_capacity = d.requests_waiting.get("capacity", d.requests_waiting.get("all", 0.0))
+        demand = fc.demand_tokens(used_tokens=d.used_tokens, usage_ratio=d.usage_ratio or 0.0,
+                                  watermark=self.watermark, waiting_capacity_requests=waiting_capacity,
+                                  mean_request_tokens=self._per_request.get(key), block_size=bs)
+        out["kvcache_demand_tokens"] = demand
+        series = self._record(key, now, demand, obs)
+
+        concurrency = self._concurrency(pool.usable_blocks, bs, obs, start, mean_prompt, mean_gen)
+        if concurrency:
+            out["kvcache_max_concurrent_requests"] = concurrency
+
+        if d.engine_asleep:
+            out["kvcache_recommendation_info"] = {("none", "engine_asleep"): 1.0}
+            return out
+
+        out.update(self._until_full(key, series, now, demand, d, bs))
+        peaks = self._peaks[key]
+        if pool.capacity_tokens is None or not peaks:  # no capacity figure (a hybrid model) or no demand yet
+            out["kvcache_recommendation_info"] = {("none", "insufficient_data"): 1.0}
+            return out
+        advice = advise(peak_demand_tokens=peaks[0][1],  # the largest demand of the peak window
+                        watched_s=now - self._first_seen.get(key, now),
+                        pool=self._pool(obs, pool.capacity_tokens, bs), model=self._served_model(obs),
+                        settings=self.policy)
+        out.update(_advice_gauges(advice))
+        return out
+
+    def _concurrency(self, usable_blocks: int, bs: int, obs: Observation, start: Observation | None,
+                     mean_prompt: float | None, mean_gen: float | None) -> dict[tuple[str, ...], float]:
+        """Requests that fit at real lengths (vLLM's log line assumes max_model_len for every request)."""
+        concurrency: dict[tuple[str, ...], float] = {}
+        max_len = max_model_len(obs.cache_config)
+        if max_len:
+            concurrency[("max_model_len",)] = fc.max_concurrent_requests(
+                usable_blocks=usable_blocks, request_tokens=max_len, block_size=bs)
+        if mean_prompt is not None and mean_gen is not None and mean_prompt + mean_gen > 0:
+            concurrency[("observed_mean",)] = fc.max_concurrent_requests(
+                usable_blocks=usable_blocks, request_tokens=mean_prompt + mean_gen, block_size=bs)
+        p95_prompt = _window(_p95, start, obs, "prompt_length")
+        p95_gen = _window(_p95, start, obs, "generation_length")
+        if p95_prompt is not None and p95_gen is not None and p95_prompt + p95_gen > 0:
+            concurrency[("observed_p95",)] = fc.max_concurrent_requests(
+                usable_blocks=usable_blocks, request_tokens=p95_prompt + p95_gen, block_size=bs)
+        return concurrency
+
+    def _until_full(self, key: TargetModelEngine, series: deque[tuple[float, float]], now: float, demand: float,
+                    d: Derived, bs: int) -> dict[str, object]:
+        """The trend over each window; the one that runs the cache out first wins (docs/forecast.md)."""
+        fs = self.settings
+        trend_points = self._trend_points(key, series, now)
+        trends = [fc.trend_over(trend_points, now, w, min_samples=fs.min_samples, min_span_s=fs.min_span_s,
+                                segment_s=fs.segment_s or None)
+                  for w in fs.windows_s]
+        best, until_full, until_mark = fc.earliest_full(
+            trends, demand=demand, free_tokens=d.free_tokens if d.free_tokens is not None else 0,
+            headroom_tokens=d.watermark_headroom_tokens or 0, block_size=bs)
+        out: dict[str, object] = {}
+        if best is not None:
+            out["kvcache_fill_rate_tokens_per_second"] = best.rate
+        if until_full is not None:
+            out["kvcache_time_until_full_seconds"] = until_full
+        if until_mark is not None:
+            out["kvcache_time_until_watermark_seconds"] = until_mark
+        return out
+
+    def _trend_points(self, key: TargetModelEngine, series: deque[tuple[float, float]],
+                      now: float) -> list[tuple[float, float]]:
+        """The demand samples of the longest trend window since the last vLLM restart."""
+        since = max([t for t in self._resets.get(key, ()) if t <= now], default=-math.inf)
+        return [(t, v) for t, v in series if t >= since]
+
+    def forget(self, key: TargetModelEngine) -> None:
+        """The model/engine left its target: drop its series."""
+        for store in (self._demand, self._peaks, self._resets, self._last_counter, self._first_seen,
+                      self._per_request):
+            store.pop(key, None)
+
+    def _record(self, key: TargetModelEngine, now: float, demand: float,
+                obs: Observation) -> deque[tuple[float, float]]:
+        series = self._demand.setdefault(key, deque())
+        peaks = self._peaks.setdefault(key, deque())
+        if series and now < series[-1][0]:  # a replay restarted: start afresh
+            series.clear()
+            peaks.clear()
+            self._first_seen.pop(key, None)
+            self._resets.pop(key, None)
+            self._last_counter.pop(key, None)
+            self._per_request.pop(key, None)
+        self._first_seen.setdefault(key, now)
+        if (not series or now > series[-1][0]) and math.isfinite(demand):
+            series.append((now, demand))
+            while peaks and peaks[-1][1] <= demand:
+                peaks.pop()
+            peaks.append((now, demand))
+        while series and series[0][0] < now - self.settings.windows_s[-1]:
+            series.popleft()
+        while peaks and peaks[0][0] < now - self.settings.peak_window_s:
+            peaks.popleft()
+        keep = max(self.settings.windows_s[-1], self.settings.peak_window_s)
+        counter = obs.prompt_tokens
+        if counter is not None:
+            last = self._last_counter.get(key)
+            if last is not None and counter < last:  # vLLM restarted: the trend starts again
+                self._resets.setdefault(key, []).append(now)
+                self._resets[key] = [t for t in self._resets[key] if t >= now - keep]
+            self._last_counter[key] = counter
+        return series
+
+    @staticmethod
+    def _pool(obs: Observation, capacity_tokens: int, block_size: int) -> Pool:
+        """The pool as the advice policy reads it: vLLM's capacity and its memory settings."""
+        cc = obs.cache_config
+        return Pool(capacity_tokens=capacity_tokens, block_size=block_size,
+                    kv_cache_memory_bytes=label_float(cc, "kv_cache_memory_bytes"),
+                    gpu_memory_utilization=label_float(cc, "gpu_memory_utilization"),
+                    max_model_len=max_model_len(cc), requests_running=obs.requests_running)
+
+    def _served_model(self, obs: Observation) -> ServedModel | None:
+        """What the capacity model knows of the served model; None without model.config."""
+        capacity = self.capacity
+        theory = capacity.theory(obs) if capacity is not None else None
+        if capacity is None or theory is None:
+            return None
+        layout = theory.layout
+        return ServedModel(bytes_per_token=layout.bytes_per_token, kv_dtype_bytes=layout.kv_dtype_bytes,
+                           kv_heads=layout.kv_heads, attention=layout.attention, tensor_parallel=layout.tp,
+                           gpu_memory_bytes=capacity.gpu_memory,
+                           non_kv_bytes=lambda: capacity.non_kv_bytes(layout))
+
+
+def _advice_gauges(advice: Advice) -> dict[str, object]:
+    """The advice as gauges: only what the policy returned."""
+    out: dict[str, object] = {}
+    if advice.suggested_kv_cache_memory_bytes is not None:
+        out["kvcache_suggested_kv_cache_memory_bytes"] = advice.suggested_kv_cache_memory_bytes
+    if advice.suggested_gpu_memory_utilization is not None:
+        basis, value = advice.suggested_gpu_memory_utilization
+        out["kvcache_suggested_gpu_memory_utilization"] = {(basis,): value}
+    if advice.capacity_shortfall_tokens is not None:
+        out["kvcache_capacity_shortfall_tokens"] = advice.capacity_shortfall_tokens
+    if advice.suggested_replicas is not None:
+        out["kvcache_suggested_replicas"] = advice.suggested_replicas
+    if advice.lever_capacity_tokens:
+        out["kvcache_lever_capacity_tokens"] = {(lever,): v for lever, v in advice.lever_capacity_tokens.items()}
+    rec = advice.recommendation
+    out["kvcache_recommendation_info"] = {(rec.action, rec.reason): 1.0}
+    return out
+
+
+def _first_in_window(history: History, now: float, seconds: float) -> Observation | None:
+    for t, o in history:
+        if t >= now - seconds:
+            return o
+    return None
+
+
+def _hist(h: Histogram | None) -> fc.HistogramSnapshot | None:
+    if h is None or not h.buckets or h.buckets[-1][0] != math.inf:
+        return None
+    return fc.HistogramSnapshot.of(h.buckets, h.sum, h.count)
+
+
+def _window(stat: WindowStat, start: Observation | None, obs: Observation, attr: str) -> float | None:
+    """``stat`` of the histogram ``attr`` over the window from ``start`` to ``obs``; None if nothing was observed."""
+    new = _hist(getattr(obs, attr))
+    if new is None:
+        return None
+    old = _hist(getattr(start, attr)) if start is not None and start is not obs else None
+    delta = fc.window_delta(old, new)
+    if delta.count <= 0:
+        return None
+    return stat(old, new)

@@ -1,0 +1,536 @@
+"""Every configuration setting, one row each: the table the rest is generated from.
+
+A row (:class:`Setting`) says where a setting lives in the YAML (section, key), how its
+value is read and checked (the parser), its default, its ``KV_SIDECAR_*`` environment
+variable and ``kv-sidecar run`` flag (when it has them) and a one-line help. From these
+rows come:
+
+- validation (:func:`sidecar.config.build_config`: unknown keys, each value's parser);
+- the environment overrides (:data:`sidecar.config.ENV_VARS`);
+- the ``run`` flags and the defaults their ``--help`` shows (:func:`sidecar.cli.add_run_flags`);
+- ``deploy/examples/sidecar.yaml`` and ``docs/configuration.md`` (``make generate``).
+
+Three tables: :data:`SETTINGS` (the sections the sidecar reads itself), :data:`TARGET_SETTINGS`
+(the fields of each ``targets:`` entry) and :data:`ALERT_SETTINGS` (the ``alerts:`` section,
+read by :meth:`sidecar.artifacts.params.RuleParams.from_mapping` and derived from its fields).
+Relations between settings (a timeout shorter than the interval, ...) are checked in
+``sidecar.config``, after each value has been read.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+from .artifacts.params import RuleParams, Thresholds
+from .capacity import CapacityError, parse_memory
+from .engines import ADAPTERS
+from .units import format_duration, format_size, parse_duration, parse_size
+
+DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # vLLM's port in the same pod
+#: The environment variable and flag that replace the whole ``targets:`` list by URLs.
+TARGETS_ENV = "KV_SIDECAR_TARGET"  # comma-separated
+TARGETS_FLAG = "--target"  # repeatable
+MAX_DEFAULT_TIMEOUT_S = 10.0
+MIN_STALENESS_S = 60.0
+MIN_INTERVAL_S = 0.1
+ENGINES = tuple(ADAPTERS)  # one adapter per inference-server family (sidecar/engines/)
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("logfmt", "json")
+CLOCKS = ("wall", "simulated")
+
+
+class Invalid(ValueError):
+    """A parser's verdict on one value when it has several problems, or problems in its parts.
+
+    Each problem is ``(sub-field, message)``: ``("[1]", "not a duration: 'soon'")`` is reported
+    as ``forecast.long_windows[1]: not a duration: 'soon'``. A plain ``ValueError`` is one
+    problem of the value itself.
+    """
+
+    def __init__(self, *problems: tuple[str, str]):
+        super().__init__("; ".join(message for _, message in problems))
+        self.problems = problems
+
+
+class Parser(Protocol):
+    """Reads one YAML/environment/flag value; raises ``ValueError`` (or :class:`Invalid`) naming the fix."""
+
+    @property
+    def metavar(self) -> str:
+        """How ``--help`` names the flag's value (``DURATION``)."""
+        ...
+
+    def __call__(self, value: Any) -> Any: ...
+
+    def show(self, value: Any) -> str:
+        """A parsed value (a default) as the docs, ``--help`` and the example config write it."""
+        ...
+
+
+# ----------------------------------------------------------------------------- parsers
+
+
+@dataclass(frozen=True)
+class Duration:
+    """A duration (``5s``, ``1m30s``, ``500ms`` or seconds) in seconds, greater than 0."""
+
+    at_least: float = 0.0
+    zero_ok: bool = False  # 0, "0" and "0s" mean "off"
+    metavar: str = "DURATION"
+
+    def __call__(self, value: Any) -> float:
+        if self.zero_ok and value in (0, "0", "0s"):
+            return 0.0
+        seconds = parse_duration(value)
+        if seconds <= 0:
+            raise ValueError(f"must be greater than 0s, got {value!r}")
+        if seconds < self.at_least:
+            raise ValueError(f"must be at least {format_duration(self.at_least)}, got {value!r}")
+        return seconds
+
+    def show(self, value: Any) -> str:
+        return format_duration(value)
+
+
+@dataclass(frozen=True)
+class DurationList:
+    """A YAML list of durations or a comma-separated string, sorted; ``[]`` or ``''`` turns them off."""
+
+    metavar: str = "DURATION,..."
+
+    def __call__(self, value: Any) -> tuple[float, ...]:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list):
+            raise ValueError(f"must be a list of durations such as [20m, 40m], got {value!r}")
+        windows: list[float] = []
+        bad: list[tuple[str, str]] = []
+        for i, item in enumerate(items):
+            if isinstance(item, str):
+                item = item.strip()
+                if not item:
+                    continue
+            try:
+                windows.append(Duration()(item))
+            except ValueError as e:
+                bad.append((f"[{i}]", str(e)))
+        if bad:
+            raise Invalid(*bad)
+        return tuple(sorted(set(windows)))
+
+    def show(self, value: Any) -> str:
+        return "[" + ", ".join(format_duration(w) for w in value) + "]"
+
+
+@dataclass(frozen=True)
+class Number:
+    """A finite number (``kind=int``: a whole one), optionally at least ``minimum``."""
+
+    kind: type = float
+    minimum: float | None = None
+    metavar: str = "FRACTION"
+
+    def __call__(self, value: Any) -> Any:
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            as_float = float(value)
+            if not math.isfinite(as_float) or (self.kind is int and not as_float.is_integer()):
+                raise ValueError
+            number = self.kind(as_float)
+        except (TypeError, ValueError):
+            kind = "whole number" if self.kind is int else "finite number"
+            raise ValueError(f"must be a {kind}, got {value!r}") from None
+        if self.minimum is not None and number < self.minimum:
+            raise ValueError(f"must be at least {self.minimum:g}, got {number}")
+        return number
+
+    def show(self, value: Any) -> str:
+        return f"{value:g}"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of ``options``. ``template`` words the refusal from ``raw`` (the value given) or ``text`` (as read)."""
+
+    options: tuple[str, ...]
+    lower: bool = True
+    template: str = "{raw!r} is not one of {options}"
+    metavar: str = "CHOICE"
+
+    def __call__(self, value: Any) -> str:
+        text = str(value).lower() if self.lower else str(value)
+        if text not in self.options:
+            raise ValueError(self.template.format(raw=value, text=text, options=", ".join(self.options)))
+        return text
+
+    def show(self, value: Any) -> str:
+        return str(value)
+
+
+@dataclass(frozen=True)
+class Text:
+    """Any text, kept as given."""
+
+    metavar: str = "TEXT"
+
+    def __call__(self, value: Any) -> str:
+        return str(value)
+
+    def show(self, value: Any) -> str:
+        return "none" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Boolean:
+    """``true`` or ``false`` (YAML booleans only: a quoted "false" is text, and refused)."""
+
+    metavar: str = "BOOL"
+
+    def __call__(self, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"must be true or false, got {value!r}")
+        return value
+
+    def show(self, value: Any) -> str:
+        return "true" if value else "false"
+
+
+@dataclass(frozen=True)
+class Size:
+    """Bytes from ``16MiB`` (2^20), ``16MB`` (10^6) or a plain integer; ``positive``: more than 0."""
+
+    positive: bool = False
+    metavar: str = "SIZE"
+
+    def __call__(self, value: Any) -> int:
+        size = parse_size(value)
+        if self.positive and size <= 0:
+            raise ValueError(f"must be positive, got {value!r}")
+        return size
+
+    def show(self, value: Any) -> str:
+        return "none" if value is None else format_size(value)
+
+
+@dataclass(frozen=True)
+class GpuMemory(Text):
+    """A memory size or a known GPU name (``H100-80GB``), as the capacity model reads it; kept as text."""
+
+    metavar: str = "SIZE|GPU"
+
+    def __call__(self, value: Any) -> str:
+        try:
+            parse_memory(str(value), name="gpu_memory")
+        except CapacityError as e:
+            raise ValueError(str(e).partition(": ")[2]) from None
+        return str(value)
+
+
+@dataclass(frozen=True)
+class ModelPath(Text):
+    """A model's ``config.json``, or a directory holding one."""
+
+    metavar: str = "PATH"
+
+    def __call__(self, value: Any) -> str:
+        path = Path(str(value))
+        if not path.exists():
+            raise ValueError(f"{value!r} does not exist (give a config.json or a model directory holding one)")
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise ValueError(f"directory {value!r} holds no config.json")
+        return str(value)
+
+
+@dataclass(frozen=True)
+class ReadableFile(Text):
+    """A file that exists (read when used, not now)."""
+
+    metavar: str = "FILE"
+
+    def __call__(self, value: Any) -> str:
+        if not os.path.isfile(str(value)):
+            raise ValueError(f"{value!r} is not a readable file")
+        return str(value)
+
+
+#: RFC 6750 §2.1 ``b64token``: what may follow "Bearer " in an Authorization header.
+_TOKEN_RE = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
+def read_bearer_token(path: str) -> str:
+    """The token in ``path``: one line of RFC 6750 ``b64token`` characters, surrounding whitespace removed.
+
+    Raises ``ValueError`` with a message that never contains the file's content: a token with a
+    newline or a non-ASCII byte would otherwise reach h11's "Illegal header value" error, which
+    quotes the header, or fail to encode (Kubernetes service-account tokens and most API keys fit).
+    """
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ValueError(f"{path!r} cannot be read ({e.strerror or type(e).__name__})") from None
+    try:
+        token = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path!r} holds non-ASCII bytes (write the token alone, as plain ASCII)") from None
+    if not token:
+        raise ValueError(f"{path!r} is empty (write the token into it)")
+    if not _TOKEN_RE.fullmatch(token):
+        raise ValueError(f"{path!r} is not one token: only A-Z a-z 0-9 - . _ ~ + / and trailing = may appear, "
+                         "on one line (write the token alone)")
+    return token
+
+
+@dataclass(frozen=True)
+class TokenFile(Text):
+    """A file holding one bearer token; checked now, read again at every scrape."""
+
+    metavar: str = "FILE"
+
+    def __call__(self, value: Any) -> str:
+        if not os.path.isfile(str(value)):
+            raise ValueError(f"{value!r} is not a readable file "
+                             "(mount the token as a file; tokens are never given inline)")
+        read_bearer_token(str(value))
+        return str(value)
+
+
+@dataclass(frozen=True)
+class ListenAddress(Text):
+    """``HOST:PORT`` (``:9437`` = every interface; port 0 = any free port)."""
+
+    metavar: str = "HOST:PORT"
+
+    def __call__(self, value: Any) -> str:
+        listen = str(value)
+        _, sep, port = listen.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"{listen!r} is not HOST:PORT (use e.g. :9437 or 127.0.0.1:9437)")
+        if int(port) > 65535:
+            raise ValueError(f"port {port} is out of range (0-65535; 0 = any free port)")
+        return listen
+
+
+@dataclass(frozen=True)
+class Url(Text):
+    """An http(s) URL without credentials (they would end up in labels and logs)."""
+
+    metavar: str = "URL"
+
+    def __call__(self, value: Any) -> str:
+        url = str(value)
+        if not url:
+            raise ValueError(f"missing (e.g. {DEFAULT_TARGET})")
+        parsed = urlparse(url)
+        problems = []
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            hint = f"http://{url}" if "://" not in url else DEFAULT_TARGET
+            if "://" not in url and ":" not in url and "/" not in url:
+                hint = f"http://{url}:8000/metrics"
+            problems.append(("", f"not an http(s) URL: {url!r} (did you mean {hint}?)"))
+        if parsed.username or parsed.password:
+            problems.append(("", "credentials in the URL would end up in labels and logs "
+                                 "(remove user:password@ and use the target's bearer_token_file)"))
+        if problems:
+            raise Invalid(*problems)
+        return url
+
+
+@dataclass(frozen=True)
+class RuleParam:
+    """An ``alerts:`` value; read and checked by :meth:`RuleParams.from_mapping`, shown here."""
+
+    metavar: str = "VALUE"
+
+    def __call__(self, value: Any) -> Any:
+        raise NotImplementedError("the alerts: section is read by RuleParams.from_mapping")
+
+    def show(self, value: Any) -> str:
+        return "none" if value is None else str(value)
+
+
+# ----------------------------------------------------------------------------- the tables
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: where it lives, how it is read, its default, how to override it, what it means."""
+
+    section: str
+    key: str  # "tls.ca_file": a key of a nested mapping
+    parse: Parser
+    default: Any  # the value as read (seconds, bytes, ...); None = unset
+    help: str  # one line, shown by --help, docs/configuration.md and the example config
+    #: attribute of the config object that holds the value (default: the key)
+    attr: str = ""
+    env: str | None = None  # the KV_SIDECAR_* variable that overrides it
+    flag: str | None = None  # the `kv-sidecar run` flag that overrides it
+    #: how the default reads when it is computed or empty ("max(3 x interval, 60s)")
+    shown_default: str | None = None
+    #: a value for the example config when the default is empty or computed (YAML text)
+    example: str | None = None
+    required: bool = False  # no default: missing is a problem
+
+    @property
+    def path(self) -> str:
+        """``section.key``, as problems name it."""
+        return f"{self.section}.{self.key}"
+
+    @property
+    def dest(self) -> str:
+        """The argparse destination of the flag: ``scrape.interval`` -> ``scrape_interval``."""
+        return f"{self.section}_{self.key}"
+
+    @property
+    def field(self) -> str:
+        """The attribute that holds the value: ``attr``, else the key (``tls.ca_file`` -> ``tls_ca_file``)."""
+        return self.attr or self.key.replace(".", "_")
+
+    def default_text(self) -> str:
+        """The default as people read it: ``5s``, ``0.9``, ``max(3 x interval, 60s)``, ``none``."""
+        if self.shown_default is not None:
+            return self.shown_default
+        return "none" if self.default is None else self.parse.show(self.default)
+
+
+@dataclass(frozen=True)
+class Section:
+    """A top-level section of the YAML file and what it is for."""
+
+    name: str
+    doc: str
+
+
+#: Every section, in the order of the example configuration.
+SECTIONS = (
+    Section("web", "Where the sidecar serves /metrics, /healthz and /readyz."),
+    Section("scrape", "How often the inference servers are read."),
+    Section("derive", "Windows of the rates and ratios derived from vLLM's counters."),
+    Section("log", "Logging (to stderr)."),
+    Section("targets", "The inference servers to read. A plain URL is enough: "
+                       "\"- http://127.0.0.1:8000/metrics\"."),
+    Section("thresholds", "One source of thresholds: the sidecar's headroom/forecast gauges and the alert rules "
+                          "(kv-sidecar rules render) read the same numbers."),
+    Section("model", "What vLLM does not export about the served model; enables the theoretical-capacity gauges. "
+                     "The *_memory fields replace the budget estimate's terms: copied from vLLM's start-up log, "
+                     "they give an estimate within a block of vLLM's own."),
+    Section("forecast", "Forecast and advice (kvcache_time_until_full_seconds, "
+                        "kvcache_suggested_gpu_memory_utilization, ...)."),
+    Section("alerts", "Parameters of the alert rules, read by `kv-sidecar rules render` (the thresholds are the "
+                      "other half)."),
+)
+
+_ESTIMATE = "the documented estimate (docs/capacity.md)"
+
+#: The sections the sidecar reads itself, in validation order.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("web", "listen_address", ListenAddress(), ":9437", "where the sidecar serves /metrics, /healthz, /readyz",
+            env="KV_SIDECAR_WEB_LISTEN_ADDRESS", flag="--web.listen-address"),
+    Setting("scrape", "interval", Duration(at_least=MIN_INTERVAL_S), 5.0, "how often each target is scraped",
+            attr="scrape_interval_s", env="KV_SIDECAR_SCRAPE_INTERVAL", flag="--scrape.interval"),
+    Setting("scrape", "staleness", Duration(), None, "derived gauges vanish when the last good scrape is older "
+            "(vLLM answers slowly exactly when saturated)", attr="staleness_s", env="KV_SIDECAR_SCRAPE_STALENESS",
+            flag="--scrape.staleness", shown_default="max(3 x interval, 60s)", example="60s"),
+    Setting("derive", "window", Duration(), 300.0, "window of the hit-ratio and preemption-rate gauges",
+            attr="derive_window_s", env="KV_SIDECAR_DERIVE_WINDOW", flag="--derive.window"),
+    Setting("log", "level", Choice(LOG_LEVELS), "info", "log level", attr="log_level", env="KV_SIDECAR_LOG_LEVEL",
+            flag="--log.level"),
+    Setting("log", "format", Choice(LOG_FORMATS), "logfmt", "log format", attr="log_format",
+            env="KV_SIDECAR_LOG_FORMAT", flag="--log.format"),
+    Setting("thresholds", "watermark", Number(), Thresholds.watermark,
+            "usage watermark for headroom and paging (critical KVCacheAlmostFull)",
+            env="KV_SIDECAR_THRESHOLDS_WATERMARK", flag="--thresholds.watermark"),
+    Setting("thresholds", "warning", Number(), Thresholds.warning,
+            "usage that opens a ticket (warning KVCacheAlmostFull)"),
+    Setting("thresholds", "target_usage", Number(), Thresholds.target_usage,
+            "usage the suggested gpu_memory_utilization puts the peak demand at (below warning)"),
+    Setting("model", "config", ModelPath(), None, "the served model's config.json or model directory",
+            env="KV_SIDECAR_MODEL_CONFIG", flag="--model.config", example="/models/llama-3.1-8b"),
+    Setting("model", "dtype", Text(metavar="DTYPE"), None, "vLLM's --dtype", env="KV_SIDECAR_MODEL_DTYPE",
+            flag="--model.dtype", shown_default="auto = config dtype, float32 served as bfloat16", example="bfloat16"),
+    Setting("model", "tensor_parallel_size", Number(int, minimum=1, metavar="N"), 1, "vLLM's --tensor-parallel-size",
+            env="KV_SIDECAR_MODEL_TENSOR_PARALLEL_SIZE", flag="--model.tensor-parallel-size"),
+    Setting("model", "pipeline_parallel_size", Number(int, minimum=1, metavar="N"), 1,
+            "vLLM's --pipeline-parallel-size", env="KV_SIDECAR_MODEL_PIPELINE_PARALLEL_SIZE",
+            flag="--model.pipeline-parallel-size"),
+    Setting("model", "gpu_memory", GpuMemory(), None,
+            "GPU memory per rank: 80GiB, 80GB or a GPU name such as H100-80GB (for estimated budgets)",
+            env="KV_SIDECAR_MODEL_GPU_MEMORY", flag="--model.gpu-memory", example="H100-80GB"),
+    Setting("model", "weights_memory", Size(), None,
+            'replaces the weights estimate; vLLM logs it as "Model loading took X GiB"',
+            shown_default=_ESTIMATE, example="14.99GiB"),
+    Setting("model", "activation_memory", Size(), None,
+            'replaces the activation estimate; vLLM logs it as "PyTorch activation peak memory takes X GiB"',
+            shown_default=_ESTIMATE, example="1.2GiB"),
+    Setting("model", "non_torch_memory", Size(), None,
+            'replaces the non-torch estimate; vLLM logs it as "non_torch_memory takes X GiB"',
+            shown_default=_ESTIMATE, example="0.2GiB"),
+    Setting("model", "cudagraph_memory", Size(), None,
+            'replaces the CUDA-graph estimate; vLLM (>= 0.21) logs it as "Estimated CUDA graph memory: X GiB"',
+            shown_default=_ESTIMATE, example="0.5GiB"),
+    Setting("forecast", "window", Duration(), 600.0, "the shortest window of the fill-rate trend (follows fast ramps)",
+            attr="window_s", flag="--forecast.window"),
+    Setting("forecast", "long_windows", DurationList(), (1200.0, 2400.0),
+            "longer trend windows for slow ramps; the earliest time until full wins ([] = off)",
+            attr="long_windows_s"),
+    Setting("forecast", "min_samples", Number(int, metavar="N"), 5,
+            "the fill rate is published once this many samples ...", attr="min_samples"),
+    Setting("forecast", "min_span", Duration(), 10.0, "... span at least this long", attr="min_span_s"),
+    Setting("forecast", "segment", Duration(zero_ok=True), 0.0,
+            "minimum width of the trend's time slices (0 = each window / 6)", attr="segment_s", shown_default="0"),
+    Setting("forecast", "peak_window", Duration(), 3600.0, "peak demand the suggested utilization is sized for",
+            attr="peak_window_s"),
+    Setting("forecast", "utilization_min", Number(), 0.5, "suggested utilizations are clamped to at least this ..."),
+    Setting("forecast", "utilization_max", Number(), 0.95, "... and at most this"),
+)
+
+#: The fields of each entry of ``targets:`` (a plain URL string is ``{url: ...}``).
+TARGET_SETTINGS: tuple[Setting, ...] = (
+    Setting("targets", "name", Text(), None, "the `target` label", shown_default="the URL's host:port",
+            example="vllm"),
+    Setting("targets", "url", Url(), None, "the server's /metrics (vLLM's port in the same pod)",
+            example=DEFAULT_TARGET, required=True),
+    Setting("targets", "engine", Choice(ENGINES, template="{text!r} is not supported (supported: {options})"),
+            "vllm", "the adapter that reads the server's metrics (sidecar/engines/)"),
+    Setting("targets", "timeout", Duration(), None, "of the whole exchange; shorter than scrape.interval",
+            attr="timeout_s", shown_default=f"0.8 x scrape.interval, at most {format_duration(MAX_DEFAULT_TIMEOUT_S)}",
+            example="4s"),
+    Setting("targets", "body_size_limit", Size(positive=True), 16 * 2**20,
+            'larger answers are dropped and counted as reason="too_large"', attr="body_size_limit_bytes"),
+    Setting("targets", "bearer_token_file", TokenFile(), None,
+            'sent as "Authorization: Bearer <its content>", read at every scrape; never inline',
+            example="/var/run/secrets/vllm/token"),
+    Setting("targets", "tls.insecure_skip_verify", Boolean(), False, "only for self-signed test set-ups"),
+    Setting("targets", "tls.ca_file", ReadableFile(), None, "CA bundle that signed the server's certificate",
+            example="/etc/ssl/vllm-ca.pem"),
+    Setting("targets", "clock", Choice(CLOCKS, lower=False, template="{text!r} is not one of {options}"), "wall",
+            "wall: the sidecar's clock; simulated: the built-in simulator's (replays only)"),
+)
+
+#: The ``alerts:`` section: one row per :class:`RuleParams` field (its help and default live there).
+ALERT_SETTINGS: tuple[Setting, ...] = tuple(
+    Setting("alerts", f.name, RuleParam(), f.default, f.metadata["help"], example=f.metadata["example"])
+    for f in fields(RuleParams)
+)
+
+_BY_PATH = {s.path: s for s in SETTINGS + TARGET_SETTINGS + ALERT_SETTINGS}
+
+
+def setting(path: str) -> Setting:
+    """The row of ``section.key``."""
+    return _BY_PATH[path]
+
+
+def default(path: str) -> Any:
+    """The default of the setting ``section.key`` (the dataclasses of ``sidecar.config`` take theirs from here)."""
+    return _BY_PATH[path].default
+
+
+def section_keys(rows: tuple[Setting, ...], section: str) -> tuple[str, ...]:
+    """The keys a section (or a target entry) may hold, nested keys by their first part, in table order."""
+    return tuple(dict.fromkeys(s.key.split(".")[0] for s in rows if s.section == section))
