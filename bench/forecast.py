@@ -60,27 +60,44 @@ from sidecar.simulator import LIBRARY  # noqa: E402
 #: Rules compared by ``--sweep`` besides the shipped one.
 CANDIDATES: tuple[Rule, ...] = (
     FORECAST_SPECIFIED,
-    Rule("ttf<900&u>0.5", "kvcache_time_until_full_seconds < 900 and kvcache_usage_ratio > 0.5", 120,
-         both(lt(TTF, 900), gt(USAGE, 0.5))),
-    Rule("ttf<900&u>0.6", "kvcache_time_until_full_seconds < 900 and kvcache_usage_ratio > 0.6", 120,
-         both(lt(TTF, 900), gt(USAGE, 0.6))),
-    Rule("min5m(ttf)<900", "min_over_time(kvcache_time_until_full_seconds[5m]) < 900", 120,
-         over_time(min, TTF, 300, lambda v: v < 900)),
-    Rule("min5m(ttf)<900&max5m(u)>0.6",
-         "min_over_time(kvcache_time_until_full_seconds[5m]) < 900 and max_over_time(kvcache_usage_ratio[5m]) > 0.6",
-         120, both(over_time(min, TTF, 300, lambda v: v < 900), over_time(max, USAGE, 300, lambda v: v > 0.6))),
+    Rule(
+        "ttf<900&u>0.5",
+        "kvcache_time_until_full_seconds < 900 and kvcache_usage_ratio > 0.5",
+        120,
+        both(lt(TTF, 900), gt(USAGE, 0.5)),
+    ),
+    Rule(
+        "ttf<900&u>0.6",
+        "kvcache_time_until_full_seconds < 900 and kvcache_usage_ratio > 0.6",
+        120,
+        both(lt(TTF, 900), gt(USAGE, 0.6)),
+    ),
+    Rule(
+        "min5m(ttf)<900",
+        "min_over_time(kvcache_time_until_full_seconds[5m]) < 900",
+        120,
+        over_time(min, TTF, 300, lambda v: v < 900),
+    ),
+    Rule(
+        "min5m(ttf)<900&max5m(u)>0.6",
+        "min_over_time(kvcache_time_until_full_seconds[5m]) < 900 and max_over_time(kvcache_usage_ratio[5m]) > 0.6",
+        120,
+        both(over_time(min, TTF, 300, lambda v: v < 900), over_time(max, USAGE, 300, lambda v: v > 0.6)),
+    ),
     Rule("ttf<900 for5m", "kvcache_time_until_full_seconds < 900", 300, lt(TTF, 900)),
 )
 
 
-
-def table(traces: Sequence[Trace], forecast: Rule = FORECAST_RULE,
-          statics: Sequence[Rule] = (STATIC_RULE, STATIC_ALERT)) -> str:
+def table(
+    traces: Sequence[Trace], forecast: Rule = FORECAST_RULE, statics: Sequence[Rule] = (STATIC_RULE, STATIC_ALERT)
+) -> str:
     """The Markdown table of the closing note: per scenario, median lead (per-seed leads), false pages."""
-    rows = ["| scenario | runs | preempting | first preemption (min) | static `usage > 0.9` 5m lead | "
-            "alerts/ `max_over_time(usage[1m]) > 0.9` 5m lead | forecast lead | forecast firing at 1st "
-            "preemption | false pages static / forecast |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| scenario | runs | preempting | first preemption (min) | static `usage > 0.9` 5m lead | "
+        "alerts/ `max_over_time(usage[1m]) > 0.9` 5m lead | forecast lead | forecast firing at 1st "
+        "preemption | false pages static / forecast |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for sc in SCENARIOS:
         trs = [t for t in traces if t.scenario == sc]
         if not trs:
@@ -99,7 +116,8 @@ def table(traces: Sequence[Trace], forecast: Rule = FORECAST_RULE,
             f"| {sc} | {len(trs)} | {len(pre)} | {'—' if first is None else f'{first:.1f}'} | "
             f"{cell(s[0])} | {cell(s[1])} | {cell(f)} | "
             f"{sum(o.firing_at_preemption for o in pre)}/{len(pre)} | "
-            f"{sum(o.false_page for o in s[0])} / {sum(o.false_page for o in f)} |")
+            f"{sum(o.false_page for o in s[0])} / {sum(o.false_page for o in f)} |"
+        )
     return "\n".join(rows)
 
 
@@ -113,24 +131,30 @@ def verdict(traces: Sequence[Trace], forecast: Rule = FORECAST_RULE) -> list[str
     fp = [t for t in quiet if outcome(forecast, t).false_page]
     out = []
     if fm is not None and sm is not None:
-        out.append(f"forecast median lead on the ramps: {fmt_lead(fm)} min (target >= +10): "
-                   f"{'MET' if fm >= 10 else 'NOT MET'}")
+        out.append(
+            f"forecast median lead on the ramps: {fmt_lead(fm)} min (target >= +10): {'MET' if fm >= 10 else 'NOT MET'}"
+        )
         slow = median_lead([o for o in f_ramps if o.scenario != "ramp-10m"])
         if slow is not None:
             # ramp-10m first preempts about 9 minutes after it starts: a 10-minute lead there needs a page
             # before the ramp. Shown for the owner's decision on the target (docs/forecast-validation.md).
             out.append(f"  (over ramp-30m and ramp-90m only: {fmt_lead(slow)} min)")
-        out.append(f"static median lead on the ramps: {fmt_lead(sm)} min; forecast - static = "
-                   f"{fm - sm:+.1f} min (target >= +5): {'MET' if fm - sm >= 5 else 'NOT MET'}")
-    out.append(f"forecast false pages on the {len(quiet)} preemption-free runs "
-               f"({', '.join(sorted({t.scenario for t in quiet}))}): {len(fp)} (target 0): "
-               f"{'MET' if not fp else 'NOT MET'}")
+        out.append(
+            f"static median lead on the ramps: {fmt_lead(sm)} min; forecast - static = "
+            f"{fm - sm:+.1f} min (target >= +5): {'MET' if fm - sm >= 5 else 'NOT MET'}"
+        )
+    out.append(
+        f"forecast false pages on the {len(quiet)} preemption-free runs "
+        f"({', '.join(sorted({t.scenario for t in quiet}))}): {len(fp)} (target 0): "
+        f"{'MET' if not fp else 'NOT MET'}"
+    )
     return out
 
 
 # ------------------------------------------------------------------------------------------------
 # Driver
 # ------------------------------------------------------------------------------------------------
+
 
 def jobs_for(scenarios: Sequence[str], seeds: int) -> list[tuple[str, int]]:
     jobs = [(sc, seed) for sc in scenarios for seed in range(1, (1 if sc in SINGLE_SEED else seeds) + 1)]
@@ -142,8 +166,13 @@ def _work(args: tuple[str, int, list[dict[str, object]], float]) -> list[Trace]:
     return collect(*args)
 
 
-def run(scenarios: Sequence[str], seeds: int, settings: list[dict[str, object]], processes: int,
-        preroll_s: float = PREROLL_S) -> list[Trace]:
+def run(
+    scenarios: Sequence[str],
+    seeds: int,
+    settings: list[dict[str, object]],
+    processes: int,
+    preroll_s: float = PREROLL_S,
+) -> list[Trace]:
     jobs = [(sc, seed, settings, preroll_s) for sc, seed in jobs_for(scenarios, seeds)]
     if processes <= 1:
         results = [_work(j) for j in jobs]
@@ -165,8 +194,11 @@ SWEEP: list[dict[str, object]] = [
 
 
 def sweep_table(traces: Sequence[Trace]) -> str:
-    rows = ["| settings | rule | ramps median lead (10/30/90m) | static median lead | burst | restart | "
-            "shared-prefix | false pages (quiet runs) |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| settings | rule | ramps median lead (10/30/90m) | static median lead | burst | restart | "
+        "shared-prefix | false pages (quiet runs) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for s in dict.fromkeys(t.settings for t in traces):
         trs = [t for t in traces if t.settings == s]
         for rule in CANDIDATES:
@@ -179,9 +211,11 @@ def sweep_table(traces: Sequence[Trace]) -> str:
 
             quiet = [t for t in trs if t.preemptions == 0]
             fps = sum(outcome(rule, t).false_page for t in quiet)
-            rows.append(f"| {s} | `{rule.name}` | {fmt_lead(median_lead(ramps))} ({per}) | {fmt_lead(st)} | "
-                        f"{med('burst-3x-5m')} | {med('restart-mid-ramp')} | {med('shared-prefix-heavy')} | "
-                        f"{fps}/{len(quiet)} |")
+            rows.append(
+                f"| {s} | `{rule.name}` | {fmt_lead(median_lead(ramps))} ({per}) | {fmt_lead(st)} | "
+                f"{med('burst-3x-5m')} | {med('restart-mid-ramp')} | {med('shared-prefix-heavy')} | "
+                f"{fps}/{len(quiet)} |"
+            )
     return "\n".join(rows)
 
 
@@ -207,8 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings[key] = value
     wall0 = time.perf_counter()
     cpu0 = time.process_time()
-    traces = run(scenarios, a.seeds, SWEEP if a.sweep else [settings], a.processes,
-                 0.0 if a.cold_start else PREROLL_S)
+    traces = run(scenarios, a.seeds, SWEEP if a.sweep else [settings], a.processes, 0.0 if a.cold_start else PREROLL_S)
     wall = time.perf_counter() - wall0
     child = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = time.process_time() - cpu0 + child.ru_utime + child.ru_stime
@@ -216,17 +249,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.sweep:
         print(sweep_table(traces))
     else:
-        print(f"Forecast settings: {settings_name(settings)}; scrape and evaluation every {STEP_S:g} s "
-              f"(simulated); seeds 1..{a.seeds} (diurnal-day: 1).\n")
-        print(f"Forecast rule: `{FORECAST_RULE.expr}` for {FORECAST_RULE.for_s / 60:g}m. "
-              f"Lead = first preemption − first firing, simulated minutes: median over seeds in bold, "
-              f"then per seed; `miss` = never fired although it preempted; n/a = no preemption.\n")
+        print(
+            f"Forecast settings: {settings_name(settings)}; scrape and evaluation every {STEP_S:g} s "
+            f"(simulated); seeds 1..{a.seeds} (diurnal-day: 1).\n"
+        )
+        print(
+            f"Forecast rule: `{FORECAST_RULE.expr}` for {FORECAST_RULE.for_s / 60:g}m. "
+            f"Lead = first preemption − first firing, simulated minutes: median over seeds in bold, "
+            f"then per seed; `miss` = never fired although it preempted; n/a = no preemption.\n"
+        )
         print(table(traces))
         print()
         for line in verdict(traces):
             print(f"- {line}")
-    print(f"\n{len(traces)} runs, {samples} scrapes replayed; wall {wall:.1f} s, CPU {cpu:.1f} s "
-          f"({a.processes} processes)")
+    print(
+        f"\n{len(traces)} runs, {samples} scrapes replayed; wall {wall:.1f} s, CPU {cpu:.1f} s "
+        f"({a.processes} processes)"
+    )
     return 0
 
 

@@ -39,10 +39,12 @@ def rss_mb() -> float:
 
 
 async def run(url: str, cycles: int) -> list[tuple[int, float]]:
-    config = build_config({
-        "targets": [{"url": url, "clock": "simulated"}],
-        "model": {"config": str(CAPTURES / "tiny-llama-gqa-bf16.config.json"), "gpu_memory": "16GiB"},
-    })
+    config = build_config(
+        {
+            "targets": [{"url": url, "clock": "simulated"}],
+            "model": {"config": str(CAPTURES / "tiny-llama-gqa-bf16.config.json"), "gpu_memory": "16GiB"},
+        }
+    )
     sidecar = Sidecar(config, build_extenders(config))
     state = sidecar.states[0]
     marks = []
@@ -71,8 +73,10 @@ def main() -> int:
     final = marks[-1][1]
     growth = final - steady
     ok = final <= 40 and growth <= 1
-    print(f"steady RSS {final:.1f} MB (target <= 40), growth {growth:+.2f} MB after cycle 2000 (target <= 1) -> "
-          f"{'PASS' if ok else 'FAIL'}")
+    print(
+        f"steady RSS {final:.1f} MB (target <= 40), growth {growth:+.2f} MB after cycle 2000 (target <= 1) -> "
+        f"{'PASS' if ok else 'FAIL'}"
+    )
     return 0 if ok else 1
 
 

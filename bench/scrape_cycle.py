@@ -82,8 +82,10 @@ def main() -> int:
             cycle_cpu, cycle_wall = asyncio.run(cycles_cpu(url, args.cycles))
         ratio = cycle_cpu / parse_cpu
         worst = max(worst, ratio)
-        print(f"scrape->export cycle, {label} ({args.cycles} cycles): {cycle_cpu * 1e3:.3f} ms CPU, "
-              f"{cycle_wall * 1e3:.3f} ms wall, ratio {ratio:.2f}")
+        print(
+            f"scrape->export cycle, {label} ({args.cycles} cycles): {cycle_cpu * 1e3:.3f} ms CPU, "
+            f"{cycle_wall * 1e3:.3f} ms wall, ratio {ratio:.2f}"
+        )
     print(f"worst ratio cycle/full-parse: {worst:.2f} (target <= 0.30) -> {'PASS' if worst <= 0.30 else 'FAIL'}")
     return 0 if worst <= 0.30 else 1
 

@@ -31,17 +31,29 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     Generated from the settings table: one flag per setting that has one, its help ending with the
     table's default.
     """
-    p.add_argument("--config.file", dest="config_file", metavar="FILE",
-                   help="YAML configuration (example: deploy/examples/sidecar.yaml)")
-    p.add_argument(TARGETS_FLAG, action="append", metavar="URL",
-                   help=f"target /metrics URL, repeatable; env {TARGETS_ENV} (comma-separated) "
-                        f"(default: {DEFAULT_TARGET})")
+    p.add_argument(
+        "--config.file",
+        dest="config_file",
+        metavar="FILE",
+        help="YAML configuration (example: deploy/examples/sidecar.yaml)",
+    )
+    p.add_argument(
+        TARGETS_FLAG,
+        action="append",
+        metavar="URL",
+        help=f"target /metrics URL, repeatable; env {TARGETS_ENV} (comma-separated) (default: {DEFAULT_TARGET})",
+    )
     for s in SETTINGS:
         if not s.flag:
             continue
         options = s.parse.options if isinstance(s.parse, Choice) else None
-        p.add_argument(s.flag, dest=s.dest, choices=options, metavar=None if options else s.parse.metavar,
-                       help=f"{s.help} (default: {s.default_text()})")
+        p.add_argument(
+            s.flag,
+            dest=s.dest,
+            choices=options,
+            metavar=None if options else s.parse.metavar,
+            help=f"{s.help} (default: {s.default_text()})",
+        )
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -53,6 +65,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def extenders_for(config: Config) -> tuple[Extender, ...]:
     """The layers that add gauges when their inputs are configured (capacity model, forecast)."""
     from .layers import build_extenders
+
     return build_extenders(config)
 
 
@@ -65,6 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     setup_logging(config.log_level, config.log_format)
     from .daemon import serve
+
     try:
         asyncio.run(serve(config, extenders))
     except OSError as e:  # e.g. the listen port is taken
@@ -86,6 +100,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 def cmd_docs(args: argparse.Namespace) -> int:
     from .metrics import markdown_table
+
     sys.stdout.write(markdown_table())
     return 0
 
@@ -94,16 +109,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kv-sidecar", description="KV-cache capacity monitor for vLLM.")
     parser.add_argument("--version", action="version", version=f"kv-cache-sidecar {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = sub.add_parser("run", help="run the sidecar daemon",
-                         description="Scrape the inference server's /metrics and export KV-capacity gauges.")
+    run = sub.add_parser(
+        "run",
+        help="run the sidecar daemon",
+        description="Scrape the inference server's /metrics and export KV-capacity gauges.",
+    )
     add_run_flags(run)
     run.set_defaults(func=cmd_run)
     check = sub.add_parser("check-config", help="validate a configuration file and exit (2 when invalid)")
     check.add_argument("file", metavar="FILE", help="the YAML file `kv-sidecar run --config.file` would read")
     check.set_defaults(func=cmd_check_config)
-    docs = sub.add_parser("docs", help="print the metric table (Markdown) docs/metrics.md carries",
-                          description="Print every exported metric with its type, unit, labels, meaning and "
-                                      "what to do when it moves, as the Markdown table of docs/metrics.md.")
+    docs = sub.add_parser(
+        "docs",
+        help="print the metric table (Markdown) docs/metrics.md carries",
+        description="Print every exported metric with its type, unit, labels, meaning and "
+        "what to do when it moves, as the Markdown table of docs/metrics.md.",
+    )
     docs.set_defaults(func=cmd_docs)
     for module in PLUGGED:
         try:

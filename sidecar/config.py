@@ -52,10 +52,33 @@ from .settings import (
 from .units import format_duration
 
 __all__ = [
-    "CLOCKS", "DEFAULT_BODY_LIMIT", "DEFAULT_INTERVAL_S", "DEFAULT_LISTEN", "DEFAULT_TARGET", "ENGINES", "ENV_VARS",
-    "LOG_FORMATS", "LOG_LEVELS", "MAX_DEFAULT_TIMEOUT_S", "MIN_INTERVAL_S", "MIN_STALENESS_S", "Config", "ConfigError",
-    "ForecastSettings", "ModelSettings", "RuleParams", "TargetConfig", "Thresholds", "build_config", "default_timeout",
-    "flag_name", "load_config", "merge_overrides", "model_problems", "print_config_errors", "read_bearer_token",
+    "CLOCKS",
+    "DEFAULT_BODY_LIMIT",
+    "DEFAULT_INTERVAL_S",
+    "DEFAULT_LISTEN",
+    "DEFAULT_TARGET",
+    "ENGINES",
+    "ENV_VARS",
+    "LOG_FORMATS",
+    "LOG_LEVELS",
+    "MAX_DEFAULT_TIMEOUT_S",
+    "MIN_INTERVAL_S",
+    "MIN_STALENESS_S",
+    "Config",
+    "ConfigError",
+    "ForecastSettings",
+    "ModelSettings",
+    "RuleParams",
+    "TargetConfig",
+    "Thresholds",
+    "build_config",
+    "default_timeout",
+    "flag_name",
+    "load_config",
+    "merge_overrides",
+    "model_problems",
+    "print_config_errors",
+    "read_bearer_token",
     "read_yaml",
 ]
 
@@ -76,8 +99,10 @@ class ConfigError(Exception):
 def print_config_errors(e: ConfigError, file: str | None = None) -> None:
     """Every problem on its own line on stderr, after the file it is in (``file`` when the error does not say)."""
     source = file if e.source == "config" and file else e.source
-    print(f"kv-sidecar: invalid configuration ({len(e.problems)} problem{'s' if len(e.problems) > 1 else ''}):",
-          file=sys.stderr)
+    print(
+        f"kv-sidecar: invalid configuration ({len(e.problems)} problem{'s' if len(e.problems) > 1 else ''}):",
+        file=sys.stderr,
+    )
     for p in e.problems:
         print(f"  {source}: {p}", file=sys.stderr)
 
@@ -197,8 +222,9 @@ def read_yaml(path: str) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError([f"the top level must be a mapping of sections ({', '.join(_SCHEMA)}), "
-                           f"got {type(data).__name__}"], path)
+        raise ConfigError(
+            [f"the top level must be a mapping of sections ({', '.join(_SCHEMA)}), got {type(data).__name__}"], path
+        )
     return data
 
 
@@ -207,9 +233,13 @@ def flag_name(section: str, key: str) -> str:
     return f"--{section}.{key.replace('_', '-')}"
 
 
-def merge_overrides(file_data: Mapping[str, Any], env: Mapping[str, str],
-                    flags: Mapping[tuple[str, str], Any], flag_targets: Sequence[str | Mapping[str, Any]] | None,
-                    origins: dict[str, str] | None = None) -> dict[str, Any]:
+def merge_overrides(
+    file_data: Mapping[str, Any],
+    env: Mapping[str, str],
+    flags: Mapping[tuple[str, str], Any],
+    flag_targets: Sequence[str | Mapping[str, Any]] | None,
+    origins: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Layer environment and flags over the file's mapping (flags win).
 
     ``origins`` (when given) receives ``"section.key" -> "KV_SIDECAR_..."`` or
@@ -263,8 +293,7 @@ def _lookup(mapping: Mapping[str, Any], key: str) -> Any:
     return value
 
 
-def _read(rows: tuple[Setting, ...], mapping: Mapping[str, Any], where: str,
-          problems: list[str]) -> dict[str, Any]:
+def _read(rows: tuple[Setting, ...], mapping: Mapping[str, Any], where: str, problems: list[str]) -> dict[str, Any]:
     """Each row's value from ``mapping`` (its default when absent or bad), keyed by the row's field.
 
     ``where`` replaces the rows' section in problems (``targets[0]``); each parser problem becomes
@@ -314,36 +343,49 @@ def _check_scrape(v: dict[str, Any], given: Mapping[str, Any], problems: list[st
     if v["staleness_s"] is None:
         v["staleness_s"] = max(3 * interval, MIN_STALENESS_S)
     elif given.get("staleness") is not None and v["staleness_s"] < interval:
-        problems.append(f"scrape.staleness: must be at least scrape.interval ({format_duration(interval)}), "
-                        f"got {given['staleness']!r}")
+        problems.append(
+            f"scrape.staleness: must be at least scrape.interval ({format_duration(interval)}), "
+            f"got {given['staleness']!r}"
+        )
 
 
 def _check_derive(window: float, raw: Any, interval: float, problems: list[str]) -> None:
     if raw is not None and window < 2 * interval:
-        problems.append(f"derive.window: must cover at least two scrapes (>= {format_duration(2 * interval)}), "
-                        f"got {raw!r}")
+        problems.append(
+            f"derive.window: must cover at least two scrapes (>= {format_duration(2 * interval)}), got {raw!r}"
+        )
 
 
 def _check_forecast(fc: ForecastSettings, raw: Mapping[str, Any], interval: float, problems: list[str]) -> None:
     """The forecast settings against each other and the scrape interval."""
     if any(w <= fc.window_s for w in fc.long_windows_s):
-        problems.append(f"forecast.long_windows: each must be longer than forecast.window "
-                        f"({format_duration(fc.window_s)}), got {raw.get('long_windows')!r}")
+        problems.append(
+            f"forecast.long_windows: each must be longer than forecast.window "
+            f"({format_duration(fc.window_s)}), got {raw.get('long_windows')!r}"
+        )
     if not 0 < fc.utilization_min < fc.utilization_max <= 1:
-        problems.append("forecast.utilization_min/utilization_max: need 0 < min < max <= 1 "
-                        f"(got {fc.utilization_min}, {fc.utilization_max})")
+        problems.append(
+            "forecast.utilization_min/utilization_max: need 0 < min < max <= 1 "
+            f"(got {fc.utilization_min}, {fc.utilization_max})"
+        )
     if fc.min_samples < 2:
         problems.append(f"forecast.min_samples: must be at least 2, got {fc.min_samples}")
     elif fc.window_s < max(fc.min_span_s, (fc.min_samples - 1) * interval):
-        problems.append(f"forecast.window: {format_duration(fc.window_s)} cannot hold forecast.min_samples "
-                        f"({fc.min_samples}) scrapes spanning forecast.min_span "
-                        f"({format_duration(fc.min_span_s)}): the fill rate would never be published")
+        problems.append(
+            f"forecast.window: {format_duration(fc.window_s)} cannot hold forecast.min_samples "
+            f"({fc.min_samples}) scrapes spanning forecast.min_span "
+            f"({format_duration(fc.min_span_s)}): the fill rate would never be published"
+        )
 
 
 #: The capacity model's errors name the calculator's flags; the sidecar's fields are these.
-_FIELD_OF_FLAG = {"--model-config": "model.config", "--tensor-parallel-size": "model.tensor_parallel_size",
-                  "--pipeline-parallel-size": "model.pipeline_parallel_size", "--dtype": "model.dtype",
-                  "--gpu-memory": "model.gpu_memory"}
+_FIELD_OF_FLAG = {
+    "--model-config": "model.config",
+    "--tensor-parallel-size": "model.tensor_parallel_size",
+    "--pipeline-parallel-size": "model.pipeline_parallel_size",
+    "--dtype": "model.dtype",
+    "--gpu-memory": "model.gpu_memory",
+}
 
 
 def model_problems(model: ModelSettings) -> list[str]:
@@ -359,17 +401,24 @@ def model_problems(model: ModelSettings) -> list[str]:
         spec = cap.load_model(model.config)
         cap.kv_layout(spec, tp=model.tensor_parallel_size, pp=model.pipeline_parallel_size, dtype=model.dtype)
     except cap.CapacityError as e:
-        flag, sep, rest = str(e).partition(": ")
-        return [f"{_FIELD_OF_FLAG[flag]}: {rest}" if sep and flag in _FIELD_OF_FLAG else f"model: {e}"]
+        return [as_config_problem(e)]
     return []
+
+
+def as_config_problem(error: cap.CapacityError) -> str:
+    """A capacity-model error with the calculator flag it starts with replaced by the sidecar's field."""
+    flag, sep, rest = str(error).partition(": ")
+    return f"{_FIELD_OF_FLAG[flag]}: {rest}" if sep and flag in _FIELD_OF_FLAG else f"model: {error}"
 
 
 def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
     """Validate a merged mapping into a :class:`Config`; every problem at once."""
     problems: list[str] = []
     sections = _sections(data, problems)
-    by_section = {name: _read(tuple(s for s in SETTINGS if s.section == name), sections[name], name, problems)
-                  for name in sections}
+    by_section = {
+        name: _read(tuple(s for s in SETTINGS if s.section == name), sections[name], name, problems)
+        for name in sections
+    }
     top = {**by_section["web"], **by_section["scrape"], **by_section["derive"], **by_section["log"]}
     interval = top["scrape_interval_s"]
     _check_scrape(top, sections["scrape"], problems)
@@ -388,8 +437,7 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
 
     if problems:
         raise ConfigError(problems, source)
-    return Config(targets=tuple(targets), thresholds=thresholds, model=model, forecast=forecast, alerts=alerts,
-                  **top)
+    return Config(targets=tuple(targets), thresholds=thresholds, model=model, forecast=forecast, alerts=alerts, **top)
 
 
 # ----------------------------------------------------------------------------- targets
@@ -430,9 +478,11 @@ def _target(item: Any, i: int, interval: float, problems: list[str]) -> TargetCo
         v["timeout_s"] = default_timeout(interval)
     elif v["timeout_s"] >= interval:
         # equal is not enough: parsing adds to the exchange, and the next scrape would be skipped
-        problems.append(f"{where}.timeout: {item['timeout']!r} is not shorter than scrape.interval "
-                        f"({format_duration(interval)}); scrapes would overlap and every other one "
-                        f"be skipped (use less than the interval, e.g. {format_duration(default_timeout(interval))})")
+        problems.append(
+            f"{where}.timeout: {item['timeout']!r} is not shorter than scrape.interval "
+            f"({format_duration(interval)}); scrapes would overlap and every other one "
+            f"be skipped (use less than the interval, e.g. {format_duration(default_timeout(interval))})"
+        )
     v["url"] = v["url"] or ""
     return TargetConfig(**v)
 
@@ -457,9 +507,13 @@ def _targets(raw: Any, interval: float, problems: list[str]) -> list[TargetConfi
     return out
 
 
-def load_config(path: str | None = None, *, env: Mapping[str, str] | None = None,
-                flags: Mapping[tuple[str, str], Any] | None = None,
-                flag_targets: Sequence[str | Mapping[str, Any]] | None = None) -> Config:
+def load_config(
+    path: str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[tuple[str, str], Any] | None = None,
+    flag_targets: Sequence[str | Mapping[str, Any]] | None = None,
+) -> Config:
     """Read, merge and validate; raises :class:`ConfigError` listing every problem.
 
     ``flag_targets`` are ``--target`` URLs, or whole ``targets:`` entries (replays use those).

@@ -46,8 +46,7 @@ MAX_ENGINES_PER_TARGET = 256
 class Sidecar:
     """Everything the daemon runs, usable in-process by tests and benchmarks."""
 
-    def __init__(self, config: Config, extenders: tuple[Extender, ...] = (),
-                 clock: Callable[[], float] = time.time):
+    def __init__(self, config: Config, extenders: tuple[Extender, ...] = (), clock: Callable[[], float] = time.time):
         self.config = config
         self.clock = clock  # wall time, injectable so tests can step past the staleness limit
         self.extenders = extenders
@@ -77,8 +76,9 @@ class Sidecar:
             news = state.failing_reason != e.reason
             state.failing_reason = e.reason
             ingest_failure(state, e.reason, duration_s=time.perf_counter() - start)
-            (log.warning if news else log.debug)("scrape failed target=%s reason=%s detail=%r",
-                                                 target.name, e.reason, e.detail)
+            (log.warning if news else log.debug)(
+                "scrape failed target=%s reason=%s detail=%r", target.name, e.reason, e.detail
+            )
             return
         except Exception:  # the adapter met input it could not make sense of: count it, keep running
             log.exception("cannot read the answer of target=%s", target.name)
@@ -87,8 +87,9 @@ class Sidecar:
         if state.failing_reason is not None:
             log.info("scrape recovered target=%s after reason=%s", target.name, state.failing_reason)
         wall = self.clock()
-        sample_time = fetched.simulated_time if (target.clock == "simulated" and fetched.simulated_time
-                                                 is not None) else wall
+        sample_time = (
+            fetched.simulated_time if (target.clock == "simulated" and fetched.simulated_time is not None) else wall
+        )
         self.record(state, scrape, sample_time=sample_time, wall_time=wall, duration_s=time.perf_counter() - start)
 
     def read_body(self, state: TargetState, body: bytes) -> EngineScrape:
@@ -110,16 +111,27 @@ class Sidecar:
         if len(scrape.observations) > MAX_ENGINES_PER_TARGET:
             # Like Prometheus' sample_limit: a page under the byte limit can still carry enough
             # series to stall every target's loop and blow up /metrics; refuse it whole.
-            raise ScrapeFailed("too_large", f"{len(scrape.observations)} (model, engine) pairs > the limit of "
-                               f"{MAX_ENGINES_PER_TARGET} (one target per server)")
+            raise ScrapeFailed(
+                "too_large",
+                f"{len(scrape.observations)} (model, engine) pairs > the limit of "
+                f"{MAX_ENGINES_PER_TARGET} (one target per server)",
+            )
         return scrape
 
-    def record(self, state: TargetState, scrape: EngineScrape, *, sample_time: float, wall_time: float,
-               duration_s: float) -> None:
+    def record(
+        self, state: TargetState, scrape: EngineScrape, *, sample_time: float, wall_time: float, duration_s: float
+    ) -> None:
         """Record a good scrape taken at ``sample_time`` and recompute the target's gauges."""
-        ingest_success(state, scrape, sample_time=sample_time, wall_time=wall_time, duration_s=duration_s,
-                       window_s=self.config.derive_window_s, watermark=self.config.thresholds.watermark,
-                       extenders=self.extenders)
+        ingest_success(
+            state,
+            scrape,
+            sample_time=sample_time,
+            wall_time=wall_time,
+            duration_s=duration_s,
+            window_s=self.config.derive_window_s,
+            watermark=self.config.thresholds.watermark,
+            extenders=self.extenders,
+        )
 
     def healthy(self, now_monotonic: float | None = None) -> tuple[bool, str]:
         """True when every target's loop ticked within three intervals."""
@@ -153,9 +165,11 @@ def _handler(sidecar: Sidecar, ready: Callable[[], bool]) -> type[BaseHTTPReques
                 ok = ready()
                 self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n", "text/plain; charset=utf-8")
             elif path == "/":
-                page = (f"<html><head><title>kv-cache-sidecar</title></head><body><h1>kv-cache-sidecar "
-                        f"{__version__}</h1><p><a href='/metrics'>/metrics</a> <a href='/healthz'>/healthz</a> "
-                        f"<a href='/readyz'>/readyz</a></p></body></html>")
+                page = (
+                    f"<html><head><title>kv-cache-sidecar</title></head><body><h1>kv-cache-sidecar "
+                    f"{__version__}</h1><p><a href='/metrics'>/metrics</a> <a href='/healthz'>/healthz</a> "
+                    f"<a href='/readyz'>/readyz</a></p></body></html>"
+                )
                 self._send(200, page.encode(), "text/html; charset=utf-8")
             else:
                 self._send(404, b"not found\n", "text/plain; charset=utf-8")
@@ -190,8 +204,12 @@ def start_http(sidecar: Sidecar, ready: Callable[[], bool]) -> ThreadingHTTPServ
     return server
 
 
-async def serve(config: Config, extenders: tuple[Extender, ...] = (),
-                on_listening: Callable[[str], None] | None = None, stop: asyncio.Event | None = None) -> None:
+async def serve(
+    config: Config,
+    extenders: tuple[Extender, ...] = (),
+    on_listening: Callable[[str], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
     """Run until SIGTERM/SIGINT (or ``stop`` is set)."""
     sidecar = Sidecar(config, extenders)
     stop = stop or asyncio.Event()
@@ -204,16 +222,33 @@ async def serve(config: Config, extenders: tuple[Extender, ...] = (),
     server = start_http(sidecar, ready=lambda: True)
     host, port = server.server_address[:2]
     url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host!s}:{port}/metrics"
-    log.info("listening address=%s:%s version=%s targets=%s", host, port, __version__,
-             ",".join(t.name for t in config.targets))
+    log.info(
+        "listening address=%s:%s version=%s targets=%s",
+        host,
+        port,
+        __version__,
+        ",".join(t.name for t in config.targets),
+    )
     if on_listening:
         on_listening(url)
 
-    scheduler = AsyncIOScheduler(timezone="UTC", job_defaults={
-        "coalesce": True, "max_instances": 1, "misfire_grace_time": max(1, int(config.scrape_interval_s))})
+    scheduler = AsyncIOScheduler(
+        timezone="UTC",
+        job_defaults={
+            "coalesce": True,
+            "max_instances": 1,
+            "misfire_grace_time": max(1, int(config.scrape_interval_s)),
+        },
+    )
     for st in sidecar.states:
-        scheduler.add_job(sidecar.scrape_once, "interval", args=[st], seconds=config.scrape_interval_s,
-                          id=f"scrape:{st.target.name}", next_run_time=datetime.now(UTC))
+        scheduler.add_job(
+            sidecar.scrape_once,
+            "interval",
+            args=[st],
+            seconds=config.scrape_interval_s,
+            id=f"scrape:{st.target.name}",
+            next_run_time=datetime.now(UTC),
+        )
     scheduler.start()
     try:
         await stop.wait()

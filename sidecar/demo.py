@@ -23,10 +23,16 @@ BUNDLED_MODEL = "llama-3.1-8b.config.json"
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    p: argparse.ArgumentParser = subparsers.add_parser("demo", help="run the simulator and the sidecar together (what `make run` does)",
-                              description=__doc__.splitlines()[0])
-    p.add_argument("--scenario", default="ramp-10m", help="simulator scenario (default: ramp-10m; "
-                   "`kv-sidecar simulate --list-scenarios` lists them)")
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "demo",
+        help="run the simulator and the sidecar together (what `make run` does)",
+        description=__doc__.splitlines()[0],
+    )
+    p.add_argument(
+        "--scenario",
+        default="ramp-10m",
+        help="simulator scenario (default: ramp-10m; `kv-sidecar simulate --list-scenarios` lists them)",
+    )
     p.add_argument("--speed", type=float, default=10.0, help="simulated seconds per real second (default: 10)")
     p.add_argument("--seed", type=int, default=1, help="workload seed (default: 1)")
     p.add_argument("--host", default="127.0.0.1", help="address both listen on (default: 127.0.0.1)")
@@ -44,32 +50,48 @@ def run(args: argparse.Namespace) -> int:
     from .simulator.server import SimServer
 
     if args.scenario not in SCENARIOS:
-        print(f"kv-sidecar demo: --scenario: {args.scenario!r} is not a scenario "
-              f"(one of: {', '.join(SCENARIOS)})", file=sys.stderr)
+        print(
+            f"kv-sidecar demo: --scenario: {args.scenario!r} is not a scenario (one of: {', '.join(SCENARIOS)})",
+            file=sys.stderr,
+        )
         return 2
     if not args.speed > 0:
         print(f"kv-sidecar demo: --speed: must be positive, got {args.speed}", file=sys.stderr)
         return 2
     sim_config = SimConfig()
     try:
-        server = SimServer(Simulator(sim_config, scenario=args.scenario, seed=args.seed), args.host,
-                           args.simulator_port, args.speed, Generation.V1_CAPACITY_LABELS).start()
+        server = SimServer(
+            Simulator(sim_config, scenario=args.scenario, seed=args.seed),
+            args.host,
+            args.simulator_port,
+            args.speed,
+            Generation.V1_CAPACITY_LABELS,
+        ).start()
     except OSError as e:
         print(f"kv-sidecar demo: --simulator-port: cannot listen: {e.strerror or e}", file=sys.stderr)
         return 2
     model = resources.files("sidecar") / "data" / BUNDLED_MODEL
     try:
-        config = build_config({
-            "targets": [{"name": "simulated-vllm", "url": f"{server.url}/metrics", "clock": "simulated",
-                         "timeout": "800ms"}],
-            "web": {"listen_address": f"{args.host}:{args.sidecar_port}"},
-            "scrape": {"interval": "1s"},
-            "derive": {"window": "5m"},
-            # The simulator's memory side, as an operator would copy it from vLLM's start-up log.
-            "model": {"config": str(model), "gpu_memory": f"{sim_config.gpu_memory_bytes}",
-                      "weights_memory": sim_config.weights_bytes, "activation_memory": sim_config.activation_bytes,
-                      "non_torch_memory": sim_config.non_torch_bytes, "cudagraph_memory": 0},
-        }, source="demo")
+        config = build_config(
+            {
+                "targets": [
+                    {"name": "simulated-vllm", "url": f"{server.url}/metrics", "clock": "simulated", "timeout": "800ms"}
+                ],
+                "web": {"listen_address": f"{args.host}:{args.sidecar_port}"},
+                "scrape": {"interval": "1s"},
+                "derive": {"window": "5m"},
+                # The simulator's memory side, as an operator would copy it from vLLM's start-up log.
+                "model": {
+                    "config": str(model),
+                    "gpu_memory": f"{sim_config.gpu_memory_bytes}",
+                    "weights_memory": sim_config.weights_bytes,
+                    "activation_memory": sim_config.activation_bytes,
+                    "non_torch_memory": sim_config.non_torch_bytes,
+                    "cudagraph_memory": 0,
+                },
+            },
+            source="demo",
+        )
         extenders = build_extenders(config)
     except ConfigError as e:  # pragma: no cover - the demo's own settings are tested
         print_config_errors(e)
@@ -80,8 +102,11 @@ def run(args: argparse.Namespace) -> int:
     def listening(url: str) -> None:
         print(f"simulated vLLM ({args.scenario}, {args.speed:g}x real time): {server.url}/metrics", flush=True)
         print(f"kv-cache-sidecar:                  {url}", flush=True)
-        print("watch it fill:  watch -n2 \"curl -s " + url + " | grep -E "
-              "'^kvcache_(usage_ratio|free_tokens|time_until_full|recommendation)'\"", flush=True)
+        print(
+            'watch it fill:  watch -n2 "curl -s ' + url + " | grep -E "
+            "'^kvcache_(usage_ratio|free_tokens|time_until_full|recommendation)'\"",
+            flush=True,
+        )
         print("Ctrl-C stops both.", flush=True)
 
     try:

@@ -201,8 +201,7 @@ class Derived:
     pool: PoolSize | None = None
 
 
-def derive(history: Sequence[tuple[float, Observation]], now: float, *, window_s: float,
-           watermark: float) -> Derived:
+def derive(history: Sequence[tuple[float, Observation]], now: float, *, window_s: float, watermark: float) -> Derived:
     """The gauges for one key from its history (oldest first; the last sample is current)."""
     t_last, obs = history[-1]
     pool = pool_size(obs.cache_config)

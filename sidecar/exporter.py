@@ -37,8 +37,7 @@ def _family(name: str) -> CounterMetricFamily | GaugeMetricFamily:
 
 
 class SidecarCollector(Collector):
-    def __init__(self, states: Sequence[TargetState], *, staleness_s: float,
-                 clock: Callable[[], float] = time.time):
+    def __init__(self, states: Sequence[TargetState], *, staleness_s: float, clock: Callable[[], float] = time.time):
         self._states = states
         self._staleness_s = staleness_s
         self._clock = clock
@@ -94,12 +93,22 @@ class SidecarCollector(Collector):
                     add("kvcache_engine_asleep", key, 1.0 if d.engine_asleep else 0.0)
                 cc = snap.cache_configs.get((model_name, engine), {})
                 pool = d.pool
-                add("kvcache_server_info", key + [
-                    snap.engine_kind or "", snap.generation or "",
-                    cc.get("block_size", ""), cc.get("num_gpu_blocks", ""), cc.get("cache_dtype", ""),
-                    cc.get("gpu_memory_utilization", ""), cc.get("kv_cache_memory_bytes", ""),
-                    cc.get("enable_prefix_caching", ""), "true" if pool and pool.hybrid else "false",
-                ], 1.0)
+                add(
+                    "kvcache_server_info",
+                    key
+                    + [
+                        snap.engine_kind or "",
+                        snap.generation or "",
+                        cc.get("block_size", ""),
+                        cc.get("num_gpu_blocks", ""),
+                        cc.get("cache_dtype", ""),
+                        cc.get("gpu_memory_utilization", ""),
+                        cc.get("kv_cache_memory_bytes", ""),
+                        cc.get("enable_prefix_caching", ""),
+                        "true" if pool and pool.hybrid else "false",
+                    ],
+                    1.0,
+                )
                 for name, value in snap.extra.get((model_name, engine), {}).items():
                     if isinstance(value, dict):
                         for extra_labels, v in value.items():

@@ -47,9 +47,19 @@ STEP_S = 5.0
 
 #: The library in the order of the results table (docs/forecast-validation.md); diurnal-day is 24
 #: simulated hours, so one seed.
-SCENARIOS: tuple[str, ...] = ("ramp-10m", "ramp-30m", "ramp-90m", "burst-3x-5m", "diurnal-day", "steady-0.85",
-                              "steady-0.92", "steady-high", "steady-low", "restart-mid-ramp",
-                              "shared-prefix-heavy")
+SCENARIOS: tuple[str, ...] = (
+    "ramp-10m",
+    "ramp-30m",
+    "ramp-90m",
+    "burst-3x-5m",
+    "diurnal-day",
+    "steady-0.85",
+    "steady-0.92",
+    "steady-high",
+    "steady-low",
+    "restart-mid-ramp",
+    "shared-prefix-heavy",
+)
 RAMPS = ("ramp-10m", "ramp-30m", "ramp-90m")
 SINGLE_SEED = ("diurnal-day",)
 #: Runs that end at or above saturation go on this long past the scenario's duration (the
@@ -75,9 +85,14 @@ SETTINGS: dict[str, Any] = {}  # the shipped defaults: window 10m, segment = win
 # ------------------------------------------------------------------------------------------------
 
 #: Gauges recorded per sample (sidecar names).
-GAUGES = ("kvcache_usage_ratio", "kvcache_free_tokens", "kvcache_demand_tokens",
-          "kvcache_fill_rate_tokens_per_second", "kvcache_time_until_full_seconds",
-          "kvcache_time_until_watermark_seconds")
+GAUGES = (
+    "kvcache_usage_ratio",
+    "kvcache_free_tokens",
+    "kvcache_demand_tokens",
+    "kvcache_fill_rate_tokens_per_second",
+    "kvcache_time_until_full_seconds",
+    "kvcache_time_until_watermark_seconds",
+)
 
 
 @dataclass
@@ -104,12 +119,16 @@ def with_preroll(scenario: Scenario, preroll_s: float) -> Scenario:
         return scenario
     points = ((0.0, scenario.rate(0.0)),) + tuple((t + preroll_s, r) for t, r in scenario.rate_points)
     return dataclasses.replace(
-        scenario, rate_points=points, duration_s=scenario.duration_s + preroll_s,
-        restart_at=None if scenario.restart_at is None else scenario.restart_at + preroll_s)
+        scenario,
+        rate_points=points,
+        duration_s=scenario.duration_s + preroll_s,
+        restart_at=None if scenario.restart_at is None else scenario.restart_at + preroll_s,
+    )
 
 
-def collect(scenario: str, seed: int, settings: Sequence[Mapping[str, Any]],
-            preroll_s: float = PREROLL_S) -> list[Trace]:
+def collect(
+    scenario: str, seed: int, settings: Sequence[Mapping[str, Any]], preroll_s: float = PREROLL_S
+) -> list[Trace]:
     """Replay one run once and feed every page to one pipeline per forecast setting.
 
     Traces hold only the samples from the end of the pre-roll on, with times relative to it
@@ -179,6 +198,7 @@ def lt(name: str, x: float) -> Cond:
     def c(tr: Trace, i: int) -> bool:
         v = _v(tr, name, i)
         return v is not None and v < x
+
     return c
 
 
@@ -186,11 +206,13 @@ def gt(name: str, x: float) -> Cond:
     def c(tr: Trace, i: int) -> bool:
         v = _v(tr, name, i)
         return v is not None and v > x
+
     return c
 
 
 def over_time(fn: Callable[[list[float]], float], name: str, range_s: float, op: Callable[[float], bool]) -> Cond:
     """``fn_over_time(name[range]) <op>``: over the published samples in ``(t − range, t]``."""
+
     def c(tr: Trace, i: int) -> bool:
         vals: list[float] = []
         j = i
@@ -200,6 +222,7 @@ def over_time(fn: Callable[[list[float]], float], name: str, range_s: float, op:
                 vals.append(v)
             j -= 1
         return bool(vals) and op(fn(vals))
+
     return c
 
 
@@ -232,8 +255,9 @@ TTF, TTW, USAGE = "kvcache_time_until_full_seconds", "kvcache_time_until_waterma
 #: The static page as first specified (usage above 0.9 for 5 minutes), for comparison.
 STATIC_RULE = Rule("static", "kvcache_usage_ratio > 0.9", 300, gt(USAGE, 0.9))
 #: KVCacheAlmostFull critical as committed in alerts/ (gap-tolerant), for comparison.
-STATIC_ALERT = Rule("static-alert", "max_over_time(kvcache_usage_ratio[1m]) > 0.9", 300,
-                    over_time(max, USAGE, 60, lambda v: v > 0.9))
+STATIC_ALERT = Rule(
+    "static-alert", "max_over_time(kvcache_usage_ratio[1m]) > 0.9", 300, over_time(max, USAGE, 60, lambda v: v > 0.9)
+)
 #: The forecast page as first specified (time until full below 15 minutes for 2 minutes); named
 #: ``forecast-issue`` in the bench's output and docs/forecast-validation.md.
 FORECAST_SPECIFIED = Rule("forecast-issue", "kvcache_time_until_full_seconds < 900", 120, lt(TTF, 900))
@@ -243,6 +267,7 @@ FORECAST_RULE = FORECAST_SPECIFIED
 # ------------------------------------------------------------------------------------------------
 # Summaries
 # ------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Outcome:

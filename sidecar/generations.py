@@ -26,15 +26,14 @@ from __future__ import annotations
 import enum
 
 
-class Generation(str, enum.Enum):
+class Generation(enum.StrEnum):
+    """A metric generation; ``str()`` is its value, as argparse and labels show it."""
+
     V0 = "v0"
     V1_GPU_NAMES = "v1-gpu-names"
     V1_BOTH_NAMES = "v1-both-names"
     V1 = "v1"
     V1_CAPACITY_LABELS = "v1-capacity-labels"
-
-    def __str__(self) -> str:  # argparse and labels show the value
-        return self.value
 
 
 GENERATIONS: tuple[str, ...] = tuple(g.value for g in Generation)

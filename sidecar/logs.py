@@ -17,8 +17,10 @@ class LogfmtFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        line = (f"ts={ts}.{int(record.msecs):03d}Z level={record.levelname.lower()} logger={record.name} "
-                f"msg={_quote(record.getMessage())}")
+        line = (
+            f"ts={ts}.{int(record.msecs):03d}Z level={record.levelname.lower()} logger={record.name} "
+            f"msg={_quote(record.getMessage())}"
+        )
         if record.exc_info:
             line += f" err={_quote(self.formatException(record.exc_info))}"
         return line
@@ -28,8 +30,12 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``ts`` (Unix seconds), ``level``, ``logger``, ``msg`` and ``err``."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": record.created, "level": record.levelname.lower(), "logger": record.name,
-               "msg": record.getMessage()}
+        out = {
+            "ts": record.created,
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         if record.exc_info:
             out["err"] = self.formatException(record.exc_info)
         return json.dumps(out)

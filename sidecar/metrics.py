@@ -26,144 +26,325 @@ class MetricDoc:
 
 CATALOGUE: tuple[MetricDoc, ...] = (
     # --- capacity from vLLM's own signals (always) ---
-    MetricDoc("kvcache_usage_ratio", "gauge", "ratio", KEY,
-              "KV-cache usage 0-1: blocks held by running requests / usable blocks (vllm:kv_cache_usage_perc "
-              "or vllm:gpu_cache_usage_perc).",
-              "Above 0.9 requests start to queue and be preempted: see KVCacheAlmostFull."),
-    MetricDoc("kvcache_capacity_tokens", "gauge", "tokens", KEY,
-              "vLLM's KV capacity in tokens (kv_cache_size_tokens label, else num_gpu_blocks x block_size; "
-              "includes the null block). Not exported for hybrid models.",
-              "Changes only on restart with new settings; compare with kvcache_theoretical_capacity_tokens."),
-    MetricDoc("kvcache_used_tokens", "gauge", "tokens", KEY,
-              "Tokens held: round(usage x (num_gpu_blocks - 1)) x block_size (whole blocks).",
-              "Read with kvcache_free_tokens: how much room is left in tokens."),
-    MetricDoc("kvcache_free_tokens", "gauge", "tokens", KEY,
-              "Tokens still allocatable: (num_gpu_blocks - 1) x block_size - used (block 0 is vLLM's null block).",
-              "Near 0: new requests wait and running ones get preempted."),
-    MetricDoc("kvcache_watermark_headroom_tokens", "gauge", "tokens", KEY,
-              "Tokens left before usage crosses the watermark (thresholds.watermark); 0 above it.",
-              "0 means the paging watermark is crossed."),
-    MetricDoc("kvcache_prefix_cache_queries_tokens_total", "counter", "tokens", KEY,
-              "Prompt tokens looked up in the prefix cache (vllm:prefix_cache_queries_total or the gpu_ name).",
-              "Aggregate with rate(); the hit ratio is hits/queries."),
-    MetricDoc("kvcache_prefix_cache_hits_tokens_total", "counter", "tokens", KEY,
-              "Prompt tokens found in the prefix cache (vllm:prefix_cache_hits_total or the gpu_ name).",
-              "Falling hits at steady traffic: prompts stopped sharing prefixes or the cache is evicting."),
-    MetricDoc("kvcache_preemptions_total", "counter", "requests", KEY,
-              "Requests preempted for lack of KV blocks (vllm:num_preemptions_total; resets on restart).",
-              "Any sustained rate means the cache is too small for the load: see KVCachePreemptions."),
-    MetricDoc("kvcache_prefix_cache_hit_ratio", "gauge", "ratio", KEY,
-              "Prefix-cache hits / queries over derive.window (V0: vLLM's hit-rate gauge). Absent when prefix "
-              "caching is off or nothing was queried.",
-              "Low ratio with shared system prompts: check routing affinity and enable_prefix_caching."),
-    MetricDoc("kvcache_preemptions_per_second", "gauge", "1/s", KEY,
-              "Preemptions per second over derive.window (reset-safe).",
-              "Above 0 for minutes: raise KV capacity or lower concurrency."),
-    MetricDoc("kvcache_requests_running", "gauge", "requests", KEY,
-              "Requests in the running batch (vllm:num_requests_running).",
-              "Compare with max_num_seqs; flat at it means the scheduler, not KV, is the limit."),
-    MetricDoc("kvcache_requests_waiting", "gauge", "requests", KEY + ("reason",),
-              "Requests waiting, by vLLM's reason. reason=capacity means SCHEDULER capacity: KV blocks, but also "
-              "max_num_seqs or the per-step token budget, so waiting is not by itself KV pressure; "
-              "reason=all when vLLM exports only the total.",
-              "KV pressure only together with usage above the watermark (KVCacheRequestsWaitingForKV)."),
-    MetricDoc("kvcache_server_info", "info", "", KEY + ("engine_kind", "metrics_generation", "block_size",
-                                                        "num_gpu_blocks", "cache_dtype", "gpu_memory_utilization",
-                                                        "kv_cache_memory_bytes", "enable_prefix_caching", "hybrid"),
-              "1 per engine: the inference server's kind, detected metric generation and cache settings.",
-              "A new metrics_generation after an upgrade is expected; check dashboards still read."),
-    MetricDoc("kvcache_engine_asleep", "gauge", "bool", KEY,
-              "1 while the engine sleeps (vllm:engine_sleep_state other than awake), else 0.",
-              "Forecasts and over-provisioning advice are suppressed while asleep."),
+    MetricDoc(
+        "kvcache_usage_ratio",
+        "gauge",
+        "ratio",
+        KEY,
+        "KV-cache usage 0-1: blocks held by running requests / usable blocks (vllm:kv_cache_usage_perc "
+        "or vllm:gpu_cache_usage_perc).",
+        "Above 0.9 requests start to queue and be preempted: see KVCacheAlmostFull.",
+    ),
+    MetricDoc(
+        "kvcache_capacity_tokens",
+        "gauge",
+        "tokens",
+        KEY,
+        "vLLM's KV capacity in tokens (kv_cache_size_tokens label, else num_gpu_blocks x block_size; "
+        "includes the null block). Not exported for hybrid models.",
+        "Changes only on restart with new settings; compare with kvcache_theoretical_capacity_tokens.",
+    ),
+    MetricDoc(
+        "kvcache_used_tokens",
+        "gauge",
+        "tokens",
+        KEY,
+        "Tokens held: round(usage x (num_gpu_blocks - 1)) x block_size (whole blocks).",
+        "Read with kvcache_free_tokens: how much room is left in tokens.",
+    ),
+    MetricDoc(
+        "kvcache_free_tokens",
+        "gauge",
+        "tokens",
+        KEY,
+        "Tokens still allocatable: (num_gpu_blocks - 1) x block_size - used (block 0 is vLLM's null block).",
+        "Near 0: new requests wait and running ones get preempted.",
+    ),
+    MetricDoc(
+        "kvcache_watermark_headroom_tokens",
+        "gauge",
+        "tokens",
+        KEY,
+        "Tokens left before usage crosses the watermark (thresholds.watermark); 0 above it.",
+        "0 means the paging watermark is crossed.",
+    ),
+    MetricDoc(
+        "kvcache_prefix_cache_queries_tokens_total",
+        "counter",
+        "tokens",
+        KEY,
+        "Prompt tokens looked up in the prefix cache (vllm:prefix_cache_queries_total or the gpu_ name).",
+        "Aggregate with rate(); the hit ratio is hits/queries.",
+    ),
+    MetricDoc(
+        "kvcache_prefix_cache_hits_tokens_total",
+        "counter",
+        "tokens",
+        KEY,
+        "Prompt tokens found in the prefix cache (vllm:prefix_cache_hits_total or the gpu_ name).",
+        "Falling hits at steady traffic: prompts stopped sharing prefixes or the cache is evicting.",
+    ),
+    MetricDoc(
+        "kvcache_preemptions_total",
+        "counter",
+        "requests",
+        KEY,
+        "Requests preempted for lack of KV blocks (vllm:num_preemptions_total; resets on restart).",
+        "Any sustained rate means the cache is too small for the load: see KVCachePreemptions.",
+    ),
+    MetricDoc(
+        "kvcache_prefix_cache_hit_ratio",
+        "gauge",
+        "ratio",
+        KEY,
+        "Prefix-cache hits / queries over derive.window (V0: vLLM's hit-rate gauge). Absent when prefix "
+        "caching is off or nothing was queried.",
+        "Low ratio with shared system prompts: check routing affinity and enable_prefix_caching.",
+    ),
+    MetricDoc(
+        "kvcache_preemptions_per_second",
+        "gauge",
+        "1/s",
+        KEY,
+        "Preemptions per second over derive.window (reset-safe).",
+        "Above 0 for minutes: raise KV capacity or lower concurrency.",
+    ),
+    MetricDoc(
+        "kvcache_requests_running",
+        "gauge",
+        "requests",
+        KEY,
+        "Requests in the running batch (vllm:num_requests_running).",
+        "Compare with max_num_seqs; flat at it means the scheduler, not KV, is the limit.",
+    ),
+    MetricDoc(
+        "kvcache_requests_waiting",
+        "gauge",
+        "requests",
+        KEY + ("reason",),
+        "Requests waiting, by vLLM's reason. reason=capacity means SCHEDULER capacity: KV blocks, but also "
+        "max_num_seqs or the per-step token budget, so waiting is not by itself KV pressure; "
+        "reason=all when vLLM exports only the total.",
+        "KV pressure only together with usage above the watermark (KVCacheRequestsWaitingForKV).",
+    ),
+    MetricDoc(
+        "kvcache_server_info",
+        "info",
+        "",
+        KEY
+        + (
+            "engine_kind",
+            "metrics_generation",
+            "block_size",
+            "num_gpu_blocks",
+            "cache_dtype",
+            "gpu_memory_utilization",
+            "kv_cache_memory_bytes",
+            "enable_prefix_caching",
+            "hybrid",
+        ),
+        "1 per engine: the inference server's kind, detected metric generation and cache settings.",
+        "A new metrics_generation after an upgrade is expected; check dashboards still read.",
+    ),
+    MetricDoc(
+        "kvcache_engine_asleep",
+        "gauge",
+        "bool",
+        KEY,
+        "1 while the engine sleeps (vllm:engine_sleep_state other than awake), else 0.",
+        "Forecasts and over-provisioning advice are suppressed while asleep.",
+    ),
     # --- the capacity model (only with model.config; docs/capacity.md) ---
-    MetricDoc("kvcache_theoretical_bytes_per_token", "gauge", "bytes", KEY,
-              "KV bytes one token costs per rank from config.json: 2 x layers x kv_heads x head_dim x dtype bytes "
-              "(MLA: layers x 576 x bytes; hybrids: the full-attention layers that grow with context).",
-              "Changes with --kv-cache-dtype or TP; fp8 halves it."),
-    MetricDoc("kvcache_theoretical_capacity_tokens", "gauge", "tokens", KEY + ("budget",),
-              "Capacity the model's shape gives for vLLM's KV budget: budget=exact from vLLM's "
-              "kv_cache_memory_bytes (equals vLLM's figure), budget=estimated from model.gpu_memory x utilization "
-              "minus weights, activations and non-torch memory.",
-              "Compare with kvcache_capacity_tokens (KVCacheCapacityMismatch)."),
-    MetricDoc("kvcache_capacity_efficiency_ratio", "gauge", "ratio", KEY + ("budget",),
-              "vLLM's actual capacity / the theoretical one.",
-              "Off 1 by >20% with budget=exact: config drift (dtype, TP, draft layers, num_gpu_blocks_override)."),
-    MetricDoc("kvcache_model_info", "info", "", KEY + ("architecture", "attention", "kv_dtype", "tp", "pp"),
-              "1, labelled with the model's architecture, attention kind (mha/gqa/mqa/mla/hybrid), KV dtype, "
-              "TP and PP.",
-              "Check after a model or flag change that the sidecar's model section still matches vLLM."),
+    MetricDoc(
+        "kvcache_theoretical_bytes_per_token",
+        "gauge",
+        "bytes",
+        KEY,
+        "KV bytes one token costs per rank from config.json: 2 x layers x kv_heads x head_dim x dtype bytes "
+        "(MLA: layers x 576 x bytes; hybrids: the full-attention layers that grow with context).",
+        "Changes with --kv-cache-dtype or TP; fp8 halves it.",
+    ),
+    MetricDoc(
+        "kvcache_theoretical_capacity_tokens",
+        "gauge",
+        "tokens",
+        KEY + ("budget",),
+        "Capacity the model's shape gives for vLLM's KV budget: budget=exact from vLLM's "
+        "kv_cache_memory_bytes (equals vLLM's figure), budget=estimated from model.gpu_memory x utilization "
+        "minus weights, activations and non-torch memory.",
+        "Compare with kvcache_capacity_tokens (KVCacheCapacityMismatch).",
+    ),
+    MetricDoc(
+        "kvcache_capacity_efficiency_ratio",
+        "gauge",
+        "ratio",
+        KEY + ("budget",),
+        "vLLM's actual capacity / the theoretical one.",
+        "Off 1 by >20% with budget=exact: config drift (dtype, TP, draft layers, num_gpu_blocks_override).",
+    ),
+    MetricDoc(
+        "kvcache_model_info",
+        "info",
+        "",
+        KEY + ("architecture", "attention", "kv_dtype", "tp", "pp"),
+        "1, labelled with the model's architecture, attention kind (mha/gqa/mqa/mla/hybrid), KV dtype, TP and PP.",
+        "Check after a model or flag change that the sidecar's model section still matches vLLM.",
+    ),
     # --- forecast and advice (docs/forecast.md) ---
-    MetricDoc("kvcache_demand_tokens", "gauge", "tokens", KEY,
-              "KV the current work needs: used tokens, plus what requests waiting for capacity would take when "
-              "usage is at or above the watermark (queueing by max_num_seqs or the token budget at low usage "
-              "is not KV pressure).",
-              "Above the usable capacity: the cache is the bottleneck; see the recommendation."),
-    MetricDoc("kvcache_fill_rate_tokens_per_second", "gauge", "tokens/s", KEY,
-              "Trend of kvcache_demand_tokens (Theil-Sen slope of the upper envelope) over forecast.window or "
-              "one of forecast.long_windows, whichever runs the cache out first; published after 5 samples "
-              "spanning 10s.",
-              "Positive and steady: the cache is filling; see time until full."),
-    MetricDoc("kvcache_time_until_full_seconds", "gauge", "seconds", KEY,
-              "Tokens free above where the demand's peaks stand now (the trend of its upper envelope) / fill "
-              "rate; +Inf when not filling, 0 when at most one block is free at that level.",
-              "Below 15 minutes: KVCacheFullSoon; act before preemptions start."),
-    MetricDoc("kvcache_time_until_watermark_seconds", "gauge", "seconds", KEY,
-              "Watermark headroom above the demand's peaks / fill rate; +Inf when not filling, 0 at or above "
-              "the watermark.",
-              "When the paging watermark will be crossed at the current trend."),
-    MetricDoc("kvcache_max_concurrent_requests", "gauge", "requests", KEY + ("basis",),
-              "Requests that fit at once in the usable blocks: basis=max_model_len (vLLM's assumption), "
-              "observed_mean and observed_p95 (prompt + generation lengths over derive.window).",
-              "Compare observed_mean with kvcache_requests_running to see how close concurrency is to the limit."),
-    MetricDoc("kvcache_suggested_gpu_memory_utilization", "gauge", "ratio", KEY + ("basis",),
-              "--gpu-memory-utilization at which the peak demand over forecast.peak_window sits at "
-              "thresholds.target_usage: u0 + (C* - C0) x bytes_per_token / M, clamped; basis=configured GPU "
-              "memory or inferred from the capacity model.",
-              "Apply it on the next deploy when the recommendation says raise/lower_gpu_memory_utilization."),
-    MetricDoc("kvcache_suggested_kv_cache_memory_bytes", "gauge", "bytes", KEY,
-              "--kv-cache-memory-bytes at which the peak demand sits at target_usage (when vLLM runs with it, "
-              "utilization is ignored).",
-              "Apply it when the recommendation says raise/lower_kv_cache_memory_bytes."),
-    MetricDoc("kvcache_capacity_shortfall_tokens", "gauge", "tokens", KEY,
-              "Tokens the largest allowed pool (forecast.utilization_max) still lacks to hold the peak at "
-              "target_usage; absent when there is no shortfall.",
-              "Memory alone cannot fix it: fp8 KV cache, more replicas, or shorter requests."),
-    MetricDoc("kvcache_suggested_replicas", "gauge", "replicas", KEY,
-              "Replicas this server's peak needs so that it sits at target_usage on each, at the largest allowed "
-              "pool; with a shortfall. Each sidecar sees one server's share of the load.",
-              "Scale the deployment to the sum over its pods (a pod without a shortfall counts 1; one pod: this "
-              "value)."),
-    MetricDoc("kvcache_lever_capacity_tokens", "gauge", "tokens", KEY + ("lever",),
-              "With a shortfall, the effect of the cheaper levers at the largest allowed pool: lever=fp8_kv_cache "
-              "(capacity x dtype bytes), half_kv_heads (a model with half the KV heads), max_model_len (the longest "
-              "max_model_len that still fits the running requests).",
-              "Pick the lever that covers the shortfall before adding replicas."),
-    MetricDoc("kvcache_recommendation_info", "info", "", KEY + ("action", "reason"),
-              "1 for the current top recommendation; action in none, raise/lower_gpu_memory_utilization, "
-              "raise/lower_kv_cache_memory_bytes, enable_fp8_kv_cache, add_replicas, lower_max_model_len "
-              "(reasons: docs/forecast.md).",
-              "Follow the action on the next change window; none/engine_asleep while vLLM sleeps."),
+    MetricDoc(
+        "kvcache_demand_tokens",
+        "gauge",
+        "tokens",
+        KEY,
+        "KV the current work needs: used tokens, plus what requests waiting for capacity would take when "
+        "usage is at or above the watermark (queueing by max_num_seqs or the token budget at low usage "
+        "is not KV pressure).",
+        "Above the usable capacity: the cache is the bottleneck; see the recommendation.",
+    ),
+    MetricDoc(
+        "kvcache_fill_rate_tokens_per_second",
+        "gauge",
+        "tokens/s",
+        KEY,
+        "Trend of kvcache_demand_tokens (Theil-Sen slope of the upper envelope) over forecast.window or "
+        "one of forecast.long_windows, whichever runs the cache out first; published after 5 samples "
+        "spanning 10s.",
+        "Positive and steady: the cache is filling; see time until full.",
+    ),
+    MetricDoc(
+        "kvcache_time_until_full_seconds",
+        "gauge",
+        "seconds",
+        KEY,
+        "Tokens free above where the demand's peaks stand now (the trend of its upper envelope) / fill "
+        "rate; +Inf when not filling, 0 when at most one block is free at that level.",
+        "Below 15 minutes: KVCacheFullSoon; act before preemptions start.",
+    ),
+    MetricDoc(
+        "kvcache_time_until_watermark_seconds",
+        "gauge",
+        "seconds",
+        KEY,
+        "Watermark headroom above the demand's peaks / fill rate; +Inf when not filling, 0 at or above the watermark.",
+        "When the paging watermark will be crossed at the current trend.",
+    ),
+    MetricDoc(
+        "kvcache_max_concurrent_requests",
+        "gauge",
+        "requests",
+        KEY + ("basis",),
+        "Requests that fit at once in the usable blocks: basis=max_model_len (vLLM's assumption), "
+        "observed_mean and observed_p95 (prompt + generation lengths over derive.window).",
+        "Compare observed_mean with kvcache_requests_running to see how close concurrency is to the limit.",
+    ),
+    MetricDoc(
+        "kvcache_suggested_gpu_memory_utilization",
+        "gauge",
+        "ratio",
+        KEY + ("basis",),
+        "--gpu-memory-utilization at which the peak demand over forecast.peak_window sits at "
+        "thresholds.target_usage: u0 + (C* - C0) x bytes_per_token / M, clamped; basis=configured GPU "
+        "memory or inferred from the capacity model.",
+        "Apply it on the next deploy when the recommendation says raise/lower_gpu_memory_utilization.",
+    ),
+    MetricDoc(
+        "kvcache_suggested_kv_cache_memory_bytes",
+        "gauge",
+        "bytes",
+        KEY,
+        "--kv-cache-memory-bytes at which the peak demand sits at target_usage (when vLLM runs with it, "
+        "utilization is ignored).",
+        "Apply it when the recommendation says raise/lower_kv_cache_memory_bytes.",
+    ),
+    MetricDoc(
+        "kvcache_capacity_shortfall_tokens",
+        "gauge",
+        "tokens",
+        KEY,
+        "Tokens the largest allowed pool (forecast.utilization_max) still lacks to hold the peak at "
+        "target_usage; absent when there is no shortfall.",
+        "Memory alone cannot fix it: fp8 KV cache, more replicas, or shorter requests.",
+    ),
+    MetricDoc(
+        "kvcache_suggested_replicas",
+        "gauge",
+        "replicas",
+        KEY,
+        "Replicas this server's peak needs so that it sits at target_usage on each, at the largest allowed "
+        "pool; with a shortfall. Each sidecar sees one server's share of the load.",
+        "Scale the deployment to the sum over its pods (a pod without a shortfall counts 1; one pod: this value).",
+    ),
+    MetricDoc(
+        "kvcache_lever_capacity_tokens",
+        "gauge",
+        "tokens",
+        KEY + ("lever",),
+        "With a shortfall, the effect of the cheaper levers at the largest allowed pool: lever=fp8_kv_cache "
+        "(capacity x dtype bytes), half_kv_heads (a model with half the KV heads), max_model_len (the longest "
+        "max_model_len that still fits the running requests).",
+        "Pick the lever that covers the shortfall before adding replicas.",
+    ),
+    MetricDoc(
+        "kvcache_recommendation_info",
+        "info",
+        "",
+        KEY + ("action", "reason"),
+        "1 for the current top recommendation; action in none, raise/lower_gpu_memory_utilization, "
+        "raise/lower_kv_cache_memory_bytes, enable_fp8_kv_cache, add_replicas, lower_max_model_len "
+        "(reasons: docs/forecast.md).",
+        "Follow the action on the next change window; none/engine_asleep while vLLM sleeps.",
+    ),
     # --- self-monitoring ---
-    MetricDoc("kvcache_sidecar_target_up", "gauge", "bool", ("target",),
-              "1 when the last scrape of the target succeeded.",
-              "0 for long: vLLM is down, loading, or unreachable (KVCacheSidecarScrapeFailing)."),
-    MetricDoc("kvcache_sidecar_scrape_duration_seconds", "gauge", "seconds", ("target",),
-              "Duration of the last scrape of the target (HTTP and parsing).",
-              "Rising towards the timeout: vLLM answers slowly, typically when saturated."),
-    MetricDoc("kvcache_sidecar_scrape_errors_total", "counter", "scrapes", ("target", "reason"),
-              "Failed scrapes by reason: refused, timeout, http_4xx, http_5xx, too_large, invalid_text, empty, "
-              "no_engine_metrics, token_file.",
-              "The reason says where to look: network, vLLM health, the URL, or the body size limit."),
-    MetricDoc("kvcache_sidecar_last_success_timestamp_seconds", "gauge", "seconds", ("target",),
-              "Unix time of the last successful scrape; absent before the first one.",
-              "time() - this > staleness: derived gauges have been withdrawn."),
-    MetricDoc("kvcache_sidecar_config_changes_total", "counter", "changes", ("target",),
-              "Times vLLM's cache configuration (vllm:cache_config_info) changed between scrapes: a restart "
-              "with new settings.",
-              "Expected after a deploy; unexpected ones mean someone changed vLLM's flags."),
-    MetricDoc("kvcache_sidecar_build_info", "info", "", ("version",),
-              "1, labelled with the sidecar's version.",
-              "Absent: the sidecar is down (KVCacheSidecarDown)."),
+    MetricDoc(
+        "kvcache_sidecar_target_up",
+        "gauge",
+        "bool",
+        ("target",),
+        "1 when the last scrape of the target succeeded.",
+        "0 for long: vLLM is down, loading, or unreachable (KVCacheSidecarScrapeFailing).",
+    ),
+    MetricDoc(
+        "kvcache_sidecar_scrape_duration_seconds",
+        "gauge",
+        "seconds",
+        ("target",),
+        "Duration of the last scrape of the target (HTTP and parsing).",
+        "Rising towards the timeout: vLLM answers slowly, typically when saturated.",
+    ),
+    MetricDoc(
+        "kvcache_sidecar_scrape_errors_total",
+        "counter",
+        "scrapes",
+        ("target", "reason"),
+        "Failed scrapes by reason: refused, timeout, http_4xx, http_5xx, too_large, invalid_text, empty, "
+        "no_engine_metrics, token_file.",
+        "The reason says where to look: network, vLLM health, the URL, or the body size limit.",
+    ),
+    MetricDoc(
+        "kvcache_sidecar_last_success_timestamp_seconds",
+        "gauge",
+        "seconds",
+        ("target",),
+        "Unix time of the last successful scrape; absent before the first one.",
+        "time() - this > staleness: derived gauges have been withdrawn.",
+    ),
+    MetricDoc(
+        "kvcache_sidecar_config_changes_total",
+        "counter",
+        "changes",
+        ("target",),
+        "Times vLLM's cache configuration (vllm:cache_config_info) changed between scrapes: a restart "
+        "with new settings.",
+        "Expected after a deploy; unexpected ones mean someone changed vLLM's flags.",
+    ),
+    MetricDoc(
+        "kvcache_sidecar_build_info",
+        "info",
+        "",
+        ("version",),
+        "1, labelled with the sidecar's version.",
+        "Absent: the sidecar is down (KVCacheSidecarDown).",
+    ),
 )
 
 BY_NAME = {m.name: m for m in CATALOGUE}

@@ -11,7 +11,7 @@ takes from a full parse.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -73,7 +73,7 @@ class FilteredParser:
             parsed = list(samples("\n".join(misses) + "\n"))
             if len(parsed) != len(misses):  # each kept line is one sample line; anything else is malformed
                 raise InvalidText(f"{len(misses)} sample lines gave {len(parsed)} samples")
-            fresh = dict(zip(misses, parsed))
+            fresh = dict(zip(misses, parsed, strict=True))
         memo: dict[str, Sample] = {}
         out: list[Sample] = []
         for line in lines:

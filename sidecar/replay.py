@@ -48,10 +48,19 @@ REPLAY_URL = "http://127.0.0.1:9/metrics"
 TARGET = "replay"
 
 
-def replay_config(*, window: str | None = None, segment: str | None = None, min_samples: int | None = None,
-                  min_span: str | None = None, peak_window: str | None = None, interval: str = "5s",
-                  derive_window: str | None = None, model_config: str | None = None,
-                  gpu_memory: str | None = None, target_usage: float | None = None) -> Config:
+def replay_config(
+    *,
+    window: str | None = None,
+    segment: str | None = None,
+    min_samples: int | None = None,
+    min_span: str | None = None,
+    peak_window: str | None = None,
+    interval: str = "5s",
+    derive_window: str | None = None,
+    model_config: str | None = None,
+    gpu_memory: str | None = None,
+    target_usage: float | None = None,
+) -> Config:
     """A daemon configuration for one replayed target, built by the daemon's own loader.
 
     Every argument is the ``--<section>.<key>`` flag of ``kv-sidecar run`` of the
@@ -70,8 +79,9 @@ def replay_config(*, window: str | None = None, segment: str | None = None, min_
         ("model", "gpu_memory"): gpu_memory,
         ("thresholds", "target_usage"): target_usage,
     }
-    return load_config(None, env={}, flags=flags,
-                       flag_targets=[{"name": TARGET, "url": REPLAY_URL, "clock": "simulated"}])
+    return load_config(
+        None, env={}, flags=flags, flag_targets=[{"name": TARGET, "url": REPLAY_URL, "clock": "simulated"}]
+    )
 
 
 def scrape_body(body: bytes, reader: BodyReader) -> EngineScrape:
@@ -124,8 +134,11 @@ class Pipeline:
     def page(self) -> Mapping[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Every sample of the Sidecar's registry (one ``collect()``, as one Prometheus scrape)."""
         if self._page is None:
-            self._page = {(s.name, tuple(sorted(s.labels.items()))): s.value
-                          for family in self.sidecar.registry.collect() for s in family.samples}
+            self._page = {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in self.sidecar.registry.collect()
+                for s in family.samples
+            }
         return self._page
 
     def gauge(self, name: str, **extra: str) -> float | None:
@@ -137,8 +150,7 @@ class Pipeline:
 class Replay:
     """One simulator feeding one :class:`Pipeline`, both on the simulated clock."""
 
-    def __init__(self, sim: Simulator, config: Config,
-                 generation: Generation = Generation.V1_CAPACITY_LABELS) -> None:
+    def __init__(self, sim: Simulator, config: Config, generation: Generation = Generation.V1_CAPACITY_LABELS) -> None:
         self.sim = sim
         self.config = config
         self.generation = generation
@@ -161,8 +173,7 @@ class Replay:
         self.pipeline.ingest(self.sim.now, scrape)
         return scrape is not None
 
-    def run_until(self, end_s: float, *, every: float = 5.0,
-                  on_sample: Callable[[Replay], None] | None = None) -> None:
+    def run_until(self, end_s: float, *, every: float = 5.0, on_sample: Callable[[Replay], None] | None = None) -> None:
         """Advance and scrape every ``every`` simulated seconds up to ``end_s`` (inclusive)."""
         start, n = self.sim.now, 0
         while True:

@@ -21,15 +21,15 @@ from .config import TargetConfig, read_bearer_token
 
 #: Why a scrape failed; fixed so the error counter's cardinality is bounded.
 REASONS: tuple[str, ...] = (
-    "refused",            # connection refused, reset or unreachable
-    "timeout",            # no complete answer within the target's timeout
+    "refused",  # connection refused, reset or unreachable
+    "timeout",  # no complete answer within the target's timeout
     "http_4xx",
     "http_5xx",
-    "too_large",          # body above targets[].body_size_limit
-    "invalid_text",       # not UTF-8 exposition text, or the parser rejected it
-    "empty",              # 200 with an empty body
+    "too_large",  # body above targets[].body_size_limit
+    "invalid_text",  # not UTF-8 exposition text, or the parser rejected it
+    "empty",  # 200 with an empty body
     "no_engine_metrics",  # 200 with text, but no family of the target's engine
-    "token_file",         # targets[].bearer_token_file missing or not one token: nothing was sent
+    "token_file",  # targets[].bearer_token_file missing or not one token: nothing was sent
 )
 
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
@@ -65,8 +65,9 @@ def make_client(target: TargetConfig) -> httpx.AsyncHTTPTransport:
         verify = False
     elif target.tls_ca_file:
         verify = ssl.create_default_context(cafile=target.tls_ca_file)
-    return httpx.AsyncHTTPTransport(verify=verify, trust_env=False,
-                                    limits=httpx.Limits(max_connections=2, max_keepalive_connections=1))
+    return httpx.AsyncHTTPTransport(
+        verify=verify, trust_env=False, limits=httpx.Limits(max_connections=2, max_keepalive_connections=1)
+    )
 
 
 def _redacted(text: str, target: TargetConfig) -> str:
@@ -110,8 +111,12 @@ async def fetch(client: httpx.AsyncHTTPTransport, target: TargetConfig) -> Fetch
 
 async def _fetch(transport: httpx.AsyncHTTPTransport, target: TargetConfig, start: float) -> Fetched:
     headers = {"Accept": ACCEPT, "User-Agent": f"kv-cache-sidecar/{__version__}", **_auth_headers(target)}
-    timeout = {"connect": target.timeout_s, "read": target.timeout_s, "write": target.timeout_s,
-               "pool": target.timeout_s}
+    timeout = {
+        "connect": target.timeout_s,
+        "read": target.timeout_s,
+        "write": target.timeout_s,
+        "pool": target.timeout_s,
+    }
     request = httpx.Request("GET", target.url, headers=headers, extensions={"timeout": timeout})
     response = await transport.handle_async_request(request)
     try:
@@ -121,8 +126,9 @@ async def _fetch(transport: httpx.AsyncHTTPTransport, target: TargetConfig, star
             where = response.headers.get("location")
             if where and "?" in where:  # a signed or tokenised URL must not reach the log
                 where = where.split("?", 1)[0] + "?<query>"
-            raise ScrapeFailed("http_4xx", f"HTTP {response.status_code}" +
-                               (f" (redirect to {where}: use that URL)" if where else ""))
+            raise ScrapeFailed(
+                "http_4xx", f"HTTP {response.status_code}" + (f" (redirect to {where}: use that URL)" if where else "")
+            )
         limit = target.body_size_limit_bytes
         declared = response.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:

@@ -281,8 +281,10 @@ def read_bearer_token(path: str) -> str:
     if not token:
         raise ValueError(f"{path!r} is empty (write the token into it)")
     if not _TOKEN_RE.fullmatch(token):
-        raise ValueError(f"{path!r} is not one token: only A-Z a-z 0-9 - . _ ~ + / and trailing = may appear, "
-                         "on one line (write the token alone)")
+        raise ValueError(
+            f"{path!r} is not one token: only A-Z a-z 0-9 - . _ ~ + / and trailing = may appear, "
+            "on one line (write the token alone)"
+        )
     return token
 
 
@@ -294,8 +296,9 @@ class TokenFile(Text):
 
     def __call__(self, value: Any) -> str:
         if not os.path.isfile(str(value)):
-            raise ValueError(f"{value!r} is not a readable file "
-                             "(mount the token as a file; tokens are never given inline)")
+            raise ValueError(
+                f"{value!r} is not a readable file (mount the token as a file; tokens are never given inline)"
+            )
         read_bearer_token(str(value))
         return str(value)
 
@@ -334,8 +337,13 @@ class Url(Text):
                 hint = f"http://{url}:8000/metrics"
             problems.append(("", f"not an http(s) URL: {url!r} (did you mean {hint}?)"))
         if parsed.username or parsed.password:
-            problems.append(("", "credentials in the URL would end up in labels and logs "
-                                 "(remove user:password@ and use the target's bearer_token_file)"))
+            problems.append(
+                (
+                    "",
+                    "credentials in the URL would end up in labels and logs "
+                    "(remove user:password@ and use the target's bearer_token_file)",
+                )
+            )
         if problems:
             raise Invalid(*problems)
         return url
@@ -412,104 +420,305 @@ SECTIONS = (
     Section("scrape", "How often the inference servers are read."),
     Section("derive", "Windows of the rates and ratios derived from vLLM's counters."),
     Section("log", "Logging (to stderr)."),
-    Section("targets", "The inference servers to read. A plain URL is enough: "
-                       "\"- http://127.0.0.1:8000/metrics\"."),
-    Section("thresholds", "One source of thresholds: the sidecar's headroom/forecast gauges and the alert rules "
-                          "(kv-sidecar rules render) read the same numbers."),
-    Section("model", "What vLLM does not export about the served model; enables the theoretical-capacity gauges. "
-                     "The *_memory fields replace the budget estimate's terms: copied from vLLM's start-up log, "
-                     "they give an estimate within a block of vLLM's own."),
-    Section("forecast", "Forecast and advice (kvcache_time_until_full_seconds, "
-                        "kvcache_suggested_gpu_memory_utilization, ...)."),
-    Section("alerts", "Parameters of the alert rules, read by `kv-sidecar rules render` (the thresholds are the "
-                      "other half)."),
+    Section("targets", 'The inference servers to read. A plain URL is enough: "- http://127.0.0.1:8000/metrics".'),
+    Section(
+        "thresholds",
+        "One source of thresholds: the sidecar's headroom/forecast gauges and the alert rules "
+        "(kv-sidecar rules render) read the same numbers.",
+    ),
+    Section(
+        "model",
+        "What vLLM does not export about the served model; enables the theoretical-capacity gauges. "
+        "The *_memory fields replace the budget estimate's terms: copied from vLLM's start-up log, "
+        "they give an estimate within a block of vLLM's own.",
+    ),
+    Section(
+        "forecast",
+        "Forecast and advice (kvcache_time_until_full_seconds, kvcache_suggested_gpu_memory_utilization, ...).",
+    ),
+    Section(
+        "alerts",
+        "Parameters of the alert rules, read by `kv-sidecar rules render` (the thresholds are the other half).",
+    ),
 )
 
 _ESTIMATE = "the documented estimate (docs/capacity.md)"
 
 #: The sections the sidecar reads itself, in validation order.
 SETTINGS: tuple[Setting, ...] = (
-    Setting("web", "listen_address", ListenAddress(), ":9437", "where the sidecar serves /metrics, /healthz, /readyz",
-            env="KV_SIDECAR_WEB_LISTEN_ADDRESS", flag="--web.listen-address"),
-    Setting("scrape", "interval", Duration(at_least=MIN_INTERVAL_S), 5.0, "how often each target is scraped",
-            attr="scrape_interval_s", env="KV_SIDECAR_SCRAPE_INTERVAL", flag="--scrape.interval"),
-    Setting("scrape", "staleness", Duration(), None, "derived gauges vanish when the last good scrape is older "
-            "(vLLM answers slowly exactly when saturated)", attr="staleness_s", env="KV_SIDECAR_SCRAPE_STALENESS",
-            flag="--scrape.staleness", shown_default="max(3 x interval, 60s)", example="60s"),
-    Setting("derive", "window", Duration(), 300.0, "window of the hit-ratio and preemption-rate gauges",
-            attr="derive_window_s", env="KV_SIDECAR_DERIVE_WINDOW", flag="--derive.window"),
-    Setting("log", "level", Choice(LOG_LEVELS), "info", "log level", attr="log_level", env="KV_SIDECAR_LOG_LEVEL",
-            flag="--log.level"),
-    Setting("log", "format", Choice(LOG_FORMATS), "logfmt", "log format", attr="log_format",
-            env="KV_SIDECAR_LOG_FORMAT", flag="--log.format"),
-    Setting("thresholds", "watermark", Number(), Thresholds.watermark,
-            "usage watermark for headroom and paging (critical KVCacheAlmostFull)",
-            env="KV_SIDECAR_THRESHOLDS_WATERMARK", flag="--thresholds.watermark"),
-    Setting("thresholds", "warning", Number(), Thresholds.warning,
-            "usage that opens a ticket (warning KVCacheAlmostFull)"),
-    Setting("thresholds", "target_usage", Number(), Thresholds.target_usage,
-            "usage the suggested gpu_memory_utilization puts the peak demand at (below warning)"),
-    Setting("model", "config", ModelPath(), None, "the served model's config.json or model directory",
-            env="KV_SIDECAR_MODEL_CONFIG", flag="--model.config", example="/models/llama-3.1-8b"),
-    Setting("model", "dtype", Text(metavar="DTYPE"), None, "vLLM's --dtype", env="KV_SIDECAR_MODEL_DTYPE",
-            flag="--model.dtype", shown_default="auto = config dtype, float32 served as bfloat16", example="bfloat16"),
-    Setting("model", "tensor_parallel_size", Number(int, minimum=1, metavar="N"), 1, "vLLM's --tensor-parallel-size",
-            env="KV_SIDECAR_MODEL_TENSOR_PARALLEL_SIZE", flag="--model.tensor-parallel-size"),
-    Setting("model", "pipeline_parallel_size", Number(int, minimum=1, metavar="N"), 1,
-            "vLLM's --pipeline-parallel-size", env="KV_SIDECAR_MODEL_PIPELINE_PARALLEL_SIZE",
-            flag="--model.pipeline-parallel-size"),
-    Setting("model", "gpu_memory", GpuMemory(), None,
-            "GPU memory per rank: 80GiB, 80GB or a GPU name such as H100-80GB (for estimated budgets)",
-            env="KV_SIDECAR_MODEL_GPU_MEMORY", flag="--model.gpu-memory", example="H100-80GB"),
-    Setting("model", "weights_memory", Size(), None,
-            'replaces the weights estimate; vLLM logs it as "Model loading took X GiB"',
-            shown_default=_ESTIMATE, example="14.99GiB"),
-    Setting("model", "activation_memory", Size(), None,
-            'replaces the activation estimate; vLLM logs it as "PyTorch activation peak memory takes X GiB"',
-            shown_default=_ESTIMATE, example="1.2GiB"),
-    Setting("model", "non_torch_memory", Size(), None,
-            'replaces the non-torch estimate; vLLM logs it as "non_torch_memory takes X GiB"',
-            shown_default=_ESTIMATE, example="0.2GiB"),
-    Setting("model", "cudagraph_memory", Size(), None,
-            'replaces the CUDA-graph estimate; vLLM (>= 0.21) logs it as "Estimated CUDA graph memory: X GiB"',
-            shown_default=_ESTIMATE, example="0.5GiB"),
-    Setting("forecast", "window", Duration(), 600.0, "the shortest window of the fill-rate trend (follows fast ramps)",
-            attr="window_s", flag="--forecast.window"),
-    Setting("forecast", "long_windows", DurationList(), (1200.0, 2400.0),
-            "longer trend windows for slow ramps; the earliest time until full wins ([] = off)",
-            attr="long_windows_s"),
-    Setting("forecast", "min_samples", Number(int, metavar="N"), 5,
-            "the fill rate is published once this many samples ...", attr="min_samples"),
+    Setting(
+        "web",
+        "listen_address",
+        ListenAddress(),
+        ":9437",
+        "where the sidecar serves /metrics, /healthz, /readyz",
+        env="KV_SIDECAR_WEB_LISTEN_ADDRESS",
+        flag="--web.listen-address",
+    ),
+    Setting(
+        "scrape",
+        "interval",
+        Duration(at_least=MIN_INTERVAL_S),
+        5.0,
+        "how often each target is scraped",
+        attr="scrape_interval_s",
+        env="KV_SIDECAR_SCRAPE_INTERVAL",
+        flag="--scrape.interval",
+    ),
+    Setting(
+        "scrape",
+        "staleness",
+        Duration(),
+        None,
+        "derived gauges vanish when the last good scrape is older (vLLM answers slowly exactly when saturated)",
+        attr="staleness_s",
+        env="KV_SIDECAR_SCRAPE_STALENESS",
+        flag="--scrape.staleness",
+        shown_default="max(3 x interval, 60s)",
+        example="60s",
+    ),
+    Setting(
+        "derive",
+        "window",
+        Duration(),
+        300.0,
+        "window of the hit-ratio and preemption-rate gauges",
+        attr="derive_window_s",
+        env="KV_SIDECAR_DERIVE_WINDOW",
+        flag="--derive.window",
+    ),
+    Setting(
+        "log",
+        "level",
+        Choice(LOG_LEVELS),
+        "info",
+        "log level",
+        attr="log_level",
+        env="KV_SIDECAR_LOG_LEVEL",
+        flag="--log.level",
+    ),
+    Setting(
+        "log",
+        "format",
+        Choice(LOG_FORMATS),
+        "logfmt",
+        "log format",
+        attr="log_format",
+        env="KV_SIDECAR_LOG_FORMAT",
+        flag="--log.format",
+    ),
+    Setting(
+        "thresholds",
+        "watermark",
+        Number(),
+        Thresholds.watermark,
+        "usage watermark for headroom and paging (critical KVCacheAlmostFull)",
+        env="KV_SIDECAR_THRESHOLDS_WATERMARK",
+        flag="--thresholds.watermark",
+    ),
+    Setting(
+        "thresholds", "warning", Number(), Thresholds.warning, "usage that opens a ticket (warning KVCacheAlmostFull)"
+    ),
+    Setting(
+        "thresholds",
+        "target_usage",
+        Number(),
+        Thresholds.target_usage,
+        "usage the suggested gpu_memory_utilization puts the peak demand at (below warning)",
+    ),
+    Setting(
+        "model",
+        "config",
+        ModelPath(),
+        None,
+        "the served model's config.json or model directory",
+        env="KV_SIDECAR_MODEL_CONFIG",
+        flag="--model.config",
+        example="/models/llama-3.1-8b",
+    ),
+    Setting(
+        "model",
+        "dtype",
+        Text(metavar="DTYPE"),
+        None,
+        "vLLM's --dtype",
+        env="KV_SIDECAR_MODEL_DTYPE",
+        flag="--model.dtype",
+        shown_default="auto = config dtype, float32 served as bfloat16",
+        example="bfloat16",
+    ),
+    Setting(
+        "model",
+        "tensor_parallel_size",
+        Number(int, minimum=1, metavar="N"),
+        1,
+        "vLLM's --tensor-parallel-size",
+        env="KV_SIDECAR_MODEL_TENSOR_PARALLEL_SIZE",
+        flag="--model.tensor-parallel-size",
+    ),
+    Setting(
+        "model",
+        "pipeline_parallel_size",
+        Number(int, minimum=1, metavar="N"),
+        1,
+        "vLLM's --pipeline-parallel-size",
+        env="KV_SIDECAR_MODEL_PIPELINE_PARALLEL_SIZE",
+        flag="--model.pipeline-parallel-size",
+    ),
+    Setting(
+        "model",
+        "gpu_memory",
+        GpuMemory(),
+        None,
+        "GPU memory per rank: 80GiB, 80GB or a GPU name such as H100-80GB (for estimated budgets)",
+        env="KV_SIDECAR_MODEL_GPU_MEMORY",
+        flag="--model.gpu-memory",
+        example="H100-80GB",
+    ),
+    Setting(
+        "model",
+        "weights_memory",
+        Size(),
+        None,
+        'replaces the weights estimate; vLLM logs it as "Model loading took X GiB"',
+        shown_default=_ESTIMATE,
+        example="14.99GiB",
+    ),
+    Setting(
+        "model",
+        "activation_memory",
+        Size(),
+        None,
+        'replaces the activation estimate; vLLM logs it as "PyTorch activation peak memory takes X GiB"',
+        shown_default=_ESTIMATE,
+        example="1.2GiB",
+    ),
+    Setting(
+        "model",
+        "non_torch_memory",
+        Size(),
+        None,
+        'replaces the non-torch estimate; vLLM logs it as "non_torch_memory takes X GiB"',
+        shown_default=_ESTIMATE,
+        example="0.2GiB",
+    ),
+    Setting(
+        "model",
+        "cudagraph_memory",
+        Size(),
+        None,
+        'replaces the CUDA-graph estimate; vLLM (>= 0.21) logs it as "Estimated CUDA graph memory: X GiB"',
+        shown_default=_ESTIMATE,
+        example="0.5GiB",
+    ),
+    Setting(
+        "forecast",
+        "window",
+        Duration(),
+        600.0,
+        "the shortest window of the fill-rate trend (follows fast ramps)",
+        attr="window_s",
+        flag="--forecast.window",
+    ),
+    Setting(
+        "forecast",
+        "long_windows",
+        DurationList(),
+        (1200.0, 2400.0),
+        "longer trend windows for slow ramps; the earliest time until full wins ([] = off)",
+        attr="long_windows_s",
+    ),
+    Setting(
+        "forecast",
+        "min_samples",
+        Number(int, metavar="N"),
+        5,
+        "the fill rate is published once this many samples ...",
+        attr="min_samples",
+    ),
     Setting("forecast", "min_span", Duration(), 10.0, "... span at least this long", attr="min_span_s"),
-    Setting("forecast", "segment", Duration(zero_ok=True), 0.0,
-            "minimum width of the trend's time slices (0 = each window / 6)", attr="segment_s", shown_default="0"),
-    Setting("forecast", "peak_window", Duration(), 3600.0, "peak demand the suggested utilization is sized for",
-            attr="peak_window_s"),
+    Setting(
+        "forecast",
+        "segment",
+        Duration(zero_ok=True),
+        0.0,
+        "minimum width of the trend's time slices (0 = each window / 6)",
+        attr="segment_s",
+        shown_default="0",
+    ),
+    Setting(
+        "forecast",
+        "peak_window",
+        Duration(),
+        3600.0,
+        "peak demand the suggested utilization is sized for",
+        attr="peak_window_s",
+    ),
     Setting("forecast", "utilization_min", Number(), 0.5, "suggested utilizations are clamped to at least this ..."),
     Setting("forecast", "utilization_max", Number(), 0.95, "... and at most this"),
 )
 
 #: The fields of each entry of ``targets:`` (a plain URL string is ``{url: ...}``).
 TARGET_SETTINGS: tuple[Setting, ...] = (
-    Setting("targets", "name", Text(), None, "the `target` label", shown_default="the URL's host:port",
-            example="vllm"),
-    Setting("targets", "url", Url(), None, "the server's /metrics (vLLM's port in the same pod)",
-            example=DEFAULT_TARGET, required=True),
-    Setting("targets", "engine", Choice(ENGINES, template="{text!r} is not supported (supported: {options})"),
-            "vllm", "the adapter that reads the server's metrics (sidecar/engines/)"),
-    Setting("targets", "timeout", Duration(), None, "of the whole exchange; shorter than scrape.interval",
-            attr="timeout_s", shown_default=f"0.8 x scrape.interval, at most {format_duration(MAX_DEFAULT_TIMEOUT_S)}",
-            example="4s"),
-    Setting("targets", "body_size_limit", Size(positive=True), 16 * 2**20,
-            'larger answers are dropped and counted as reason="too_large"', attr="body_size_limit_bytes"),
-    Setting("targets", "bearer_token_file", TokenFile(), None,
-            'sent as "Authorization: Bearer <its content>", read at every scrape; never inline',
-            example="/var/run/secrets/vllm/token"),
+    Setting("targets", "name", Text(), None, "the `target` label", shown_default="the URL's host:port", example="vllm"),
+    Setting(
+        "targets",
+        "url",
+        Url(),
+        None,
+        "the server's /metrics (vLLM's port in the same pod)",
+        example=DEFAULT_TARGET,
+        required=True,
+    ),
+    Setting(
+        "targets",
+        "engine",
+        Choice(ENGINES, template="{text!r} is not supported (supported: {options})"),
+        "vllm",
+        "the adapter that reads the server's metrics (sidecar/engines/)",
+    ),
+    Setting(
+        "targets",
+        "timeout",
+        Duration(),
+        None,
+        "of the whole exchange; shorter than scrape.interval",
+        attr="timeout_s",
+        shown_default=f"0.8 x scrape.interval, at most {format_duration(MAX_DEFAULT_TIMEOUT_S)}",
+        example="4s",
+    ),
+    Setting(
+        "targets",
+        "body_size_limit",
+        Size(positive=True),
+        16 * 2**20,
+        'larger answers are dropped and counted as reason="too_large"',
+        attr="body_size_limit_bytes",
+    ),
+    Setting(
+        "targets",
+        "bearer_token_file",
+        TokenFile(),
+        None,
+        'sent as "Authorization: Bearer <its content>", read at every scrape; never inline',
+        example="/var/run/secrets/vllm/token",
+    ),
     Setting("targets", "tls.insecure_skip_verify", Boolean(), False, "only for self-signed test set-ups"),
-    Setting("targets", "tls.ca_file", ReadableFile(), None, "CA bundle that signed the server's certificate",
-            example="/etc/ssl/vllm-ca.pem"),
-    Setting("targets", "clock", Choice(CLOCKS, lower=False, template="{text!r} is not one of {options}"), "wall",
-            "wall: the sidecar's clock; simulated: the built-in simulator's (replays only)"),
+    Setting(
+        "targets",
+        "tls.ca_file",
+        ReadableFile(),
+        None,
+        "CA bundle that signed the server's certificate",
+        example="/etc/ssl/vllm-ca.pem",
+    ),
+    Setting(
+        "targets",
+        "clock",
+        Choice(CLOCKS, lower=False, template="{text!r} is not one of {options}"),
+        "wall",
+        "wall: the sidecar's clock; simulated: the built-in simulator's (replays only)",
+    ),
 )
 
 #: The ``alerts:`` section: one row per :class:`RuleParams` field (its help and default live there).

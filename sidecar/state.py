@@ -68,9 +68,17 @@ class TargetState:
 Extender = Callable[[TargetModelEngine, History, float, Derived], Mapping[str, object]]
 
 
-def ingest_success(state: TargetState, scrape: EngineScrape, *, sample_time: float, wall_time: float,
-                   duration_s: float, window_s: float, watermark: float,
-                   extenders: tuple[Extender, ...] = ()) -> None:
+def ingest_success(
+    state: TargetState,
+    scrape: EngineScrape,
+    *,
+    sample_time: float,
+    wall_time: float,
+    duration_s: float,
+    window_s: float,
+    watermark: float,
+    extenders: tuple[Extender, ...] = (),
+) -> None:
     """Record one good scrape and recompute the target's derived gauges."""
     present: set[ModelEngine] = set()
     for obs in scrape.observations:
@@ -102,8 +110,13 @@ def ingest_success(state: TargetState, scrape: EngineScrape, *, sample_time: flo
         extra[key] = merged
     state.failing_reason = None
     state.snapshot = Snapshot(
-        up=True, last_success_wall=wall_time, last_duration_s=duration_s, engine_kind=scrape.engine_kind,
-        generation=scrape.generation, derived=derived, extra=extra,
+        up=True,
+        last_success_wall=wall_time,
+        last_duration_s=duration_s,
+        engine_kind=scrape.engine_kind,
+        generation=scrape.generation,
+        derived=derived,
+        extra=extra,
         cache_configs={k: h[-1][1].cache_config for k, h in state.history.items()},
     )
 
@@ -113,8 +126,13 @@ def _log_layer_failure(state: TargetState, extend: object, key: ModelEngine) -> 
     tag = (type(extend).__name__, key)
     if tag not in state.reported_layer_failures:
         state.reported_layer_failures.add(tag)
-        log.exception("derivation layer %s failed target=%s model=%s engine=%s; its gauges are withheld",
-                      type(extend).__name__, state.target.name, key[0], key[1])
+        log.exception(
+            "derivation layer %s failed target=%s model=%s engine=%s; its gauges are withheld",
+            type(extend).__name__,
+            state.target.name,
+            key[0],
+            key[1],
+        )
 
 
 def ingest_failure(state: TargetState, reason: str, *, duration_s: float) -> None:
@@ -129,11 +147,14 @@ def _intern_cache_config(state: TargetState, obs: Observation) -> Observation:
     if previous is not None and previous == obs.cache_config:
         return replace(obs, cache_config=previous)
     if previous is not None and obs.cache_config:
-        changed = sorted(k for k in set(previous) | set(obs.cache_config)
-                         if previous.get(k) != obs.cache_config.get(k))
+        changed = sorted(k for k in set(previous) | set(obs.cache_config) if previous.get(k) != obs.cache_config.get(k))
         state.config_changes += 1
-        log.warning("cache config changed target=%s engine=%s fields=%s", state.target.name, obs.engine,
-                    ",".join(f"{k}:{previous.get(k)}->{obs.cache_config.get(k)}" for k in changed[:8]))
+        log.warning(
+            "cache config changed target=%s engine=%s fields=%s",
+            state.target.name,
+            obs.engine,
+            ",".join(f"{k}:{previous.get(k)}->{obs.cache_config.get(k)}" for k in changed[:8]),
+        )
     if obs.cache_config:
         state.last_cache_config[obs.engine] = obs.cache_config
     return obs

@@ -57,6 +57,7 @@ def ok(body: bytes, delay_s: float = 0.0):
         if delay_s:
             time.sleep(delay_s)
         _send(h, 200, body)
+
     return behave
 
 
@@ -66,6 +67,7 @@ def status(code: int):
 
 def slow_body(body: bytes, seconds: float):
     """Headers at once, then the body dripped over ``seconds`` (each read stays under the timeout)."""
+
     def behave(h):
         h.send_response(200)
         h.send_header("Content-Type", "text/plain")
@@ -74,14 +76,16 @@ def slow_body(body: bytes, seconds: float):
         pieces = 20
         step = max(1, len(body) // pieces)
         for i in range(0, len(body), step):
-            h.wfile.write(body[i:i + step])
+            h.wfile.write(body[i : i + step])
             h.wfile.flush()
             time.sleep(seconds / pieces)
+
     return behave
 
 
 def huge_chunked(total_bytes: int):
     """A chunked body without Content-Length, larger than any sane limit."""
+
     def behave(h):
         h.send_response(200)
         h.send_header("Content-Type", "text/plain")
@@ -93,6 +97,7 @@ def huge_chunked(total_bytes: int):
             h.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
             sent += len(line)
         h.wfile.write(b"0\r\n\r\n")
+
     return behave
 
 

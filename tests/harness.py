@@ -26,8 +26,9 @@ class Harness:
     def __init__(self, server, flags=None, **target):
         self.server = server
         self.clock = Clock()
-        self.config = load_config(None, env={}, flags={("scrape", "interval"): "5s", **(flags or {})},
-                                  flag_targets=[server.url])
+        self.config = load_config(
+            None, env={}, flags={("scrape", "interval"): "5s", **(flags or {})}, flag_targets=[server.url]
+        )
         if target:
             self.config = replace(self.config, targets=(replace(self.config.targets[0], **target),))
         self.sidecar = Sidecar(self.config, build_extenders(self.config), clock=self.clock)
@@ -51,5 +52,3 @@ class Harness:
     def close(self):
         self.loop.run_until_complete(self.sidecar.aclose())
         self.loop.close()
-
-

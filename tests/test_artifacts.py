@@ -27,7 +27,8 @@ def test_committed_file_is_what_its_generator_gives(artifact):
     path = REPO / artifact.path
     current = path.read_text(encoding="utf-8")
     assert artifact.updated(current) == current, (
-        f"{artifact.name} is out of date with {artifact.source}: run `make generate`")
+        f"{artifact.name} is out of date with {artifact.source}: run `make generate`"
+    )
 
 
 def test_generate_check_names_the_fix_and_generate_repairs_the_drift(tmp_path, capsys):
@@ -73,13 +74,16 @@ def test_the_example_lists_exactly_the_settings_table():
     for name, keys in doc.items():
         if name == "targets":
             (target,) = keys
-            assert tuple(target) == ("url",) + tuple(k for k in section_keys(TARGET_SETTINGS, "targets")
-                                                     if k != "url")
-            assert tuple(target["tls"]) == tuple(s.key.removeprefix("tls.") for s in TARGET_SETTINGS
-                                                 if s.key.startswith("tls."))
+            assert tuple(target) == ("url",) + tuple(k for k in section_keys(TARGET_SETTINGS, "targets") if k != "url")
+            assert tuple(target["tls"]) == tuple(
+                s.key.removeprefix("tls.") for s in TARGET_SETTINGS if s.key.startswith("tls.")
+            )
         elif name == "alerts":
-            assert tuple(keys) == tuple(s.key for s in ALERT_SETTINGS) == tuple(
-                f.name for f in dataclasses.fields(RuleParams))
+            assert (
+                tuple(keys)
+                == tuple(s.key for s in ALERT_SETTINGS)
+                == tuple(f.name for f in dataclasses.fields(RuleParams))
+            )
         else:
             assert tuple(keys) == section_keys(SETTINGS, name), name
 
@@ -93,14 +97,34 @@ def test_the_example_reads_as_the_defaults():
 
 def test_the_table_keeps_every_variable_and_flag_name():
     assert set(ENV_VARS) == {
-        "KV_SIDECAR_WEB_LISTEN_ADDRESS", "KV_SIDECAR_SCRAPE_INTERVAL", "KV_SIDECAR_SCRAPE_STALENESS",
-        "KV_SIDECAR_DERIVE_WINDOW", "KV_SIDECAR_LOG_LEVEL", "KV_SIDECAR_LOG_FORMAT", "KV_SIDECAR_MODEL_CONFIG",
-        "KV_SIDECAR_MODEL_DTYPE", "KV_SIDECAR_MODEL_TENSOR_PARALLEL_SIZE", "KV_SIDECAR_MODEL_PIPELINE_PARALLEL_SIZE",
-        "KV_SIDECAR_MODEL_GPU_MEMORY", "KV_SIDECAR_THRESHOLDS_WATERMARK"}
+        "KV_SIDECAR_WEB_LISTEN_ADDRESS",
+        "KV_SIDECAR_SCRAPE_INTERVAL",
+        "KV_SIDECAR_SCRAPE_STALENESS",
+        "KV_SIDECAR_DERIVE_WINDOW",
+        "KV_SIDECAR_LOG_LEVEL",
+        "KV_SIDECAR_LOG_FORMAT",
+        "KV_SIDECAR_MODEL_CONFIG",
+        "KV_SIDECAR_MODEL_DTYPE",
+        "KV_SIDECAR_MODEL_TENSOR_PARALLEL_SIZE",
+        "KV_SIDECAR_MODEL_PIPELINE_PARALLEL_SIZE",
+        "KV_SIDECAR_MODEL_GPU_MEMORY",
+        "KV_SIDECAR_THRESHOLDS_WATERMARK",
+    }
     assert set(cli.RUN_FLAGS) == {
-        "web_listen_address", "scrape_interval", "scrape_staleness", "derive_window", "log_level", "log_format",
-        "model_config", "model_dtype", "model_tensor_parallel_size", "model_pipeline_parallel_size",
-        "model_gpu_memory", "thresholds_watermark", "forecast_window"}
+        "web_listen_address",
+        "scrape_interval",
+        "scrape_staleness",
+        "derive_window",
+        "log_level",
+        "log_format",
+        "model_config",
+        "model_dtype",
+        "model_tensor_parallel_size",
+        "model_pipeline_parallel_size",
+        "model_gpu_memory",
+        "thresholds_watermark",
+        "forecast_window",
+    }
     for s in SETTINGS:
         assert s.env in (None, f"KV_SIDECAR_{s.section}_{s.key}".upper()), s.path
         assert s.flag in (None, flag_name(s.section, s.key)), s.path
@@ -117,8 +141,9 @@ def test_the_dataclasses_take_their_defaults_from_the_table():
 
 
 def test_run_help_shows_each_flags_default_from_the_table():
-    r = subprocess.run([str(Path(sys.executable).with_name("kv-sidecar")), "run", "--help"], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [str(Path(sys.executable).with_name("kv-sidecar")), "run", "--help"], capture_output=True, text=True, timeout=60
+    )
     out = " ".join(r.stdout.split())
     for s in SETTINGS:
         if s.flag:

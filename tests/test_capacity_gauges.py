@@ -32,8 +32,17 @@ def test_exact_budget_reproduces_vllms_capacity_to_the_token(server, capture, to
         assert h.value("kvcache_capacity_tokens") == tokens
         assert h.value("kvcache_capacity_efficiency_ratio", budget="exact") == 1.0
         assert h.value("kvcache_theoretical_capacity_tokens", budget="estimated") is None  # no GPU memory given
-        assert h.value("kvcache_model_info", architecture="LlamaForCausalLM", attention="gqa",
-                       kv_dtype="bfloat16", tp="1", pp="1") == 1.0
+        assert (
+            h.value(
+                "kvcache_model_info",
+                architecture="LlamaForCausalLM",
+                attention="gqa",
+                kv_dtype="bfloat16",
+                tp="1",
+                pp="1",
+            )
+            == 1.0
+        )
     finally:
         h.close()
 
@@ -41,11 +50,20 @@ def test_exact_budget_reproduces_vllms_capacity_to_the_token(server, capture, to
 def test_estimated_budget_needs_gpu_memory_and_uses_vllms_utilization(server):
     # The same server as if started with --gpu-memory-utilization 0.92 and no --kv-cache-memory-bytes,
     # on an 8 GiB device whose start-up log gave weights 1 GiB, activation peak 512 MiB, non-torch 256 MiB.
-    page = (CPU_032 / "gqa-1gib_idle.txt").read_text().replace(
-        'kv_cache_memory_bytes="1073741824"', 'kv_cache_memory_bytes="None"')
+    page = (
+        (CPU_032 / "gqa-1gib_idle.txt")
+        .read_text()
+        .replace('kv_cache_memory_bytes="1073741824"', 'kv_cache_memory_bytes="None"')
+    )
     server.behaviour = ok(page.encode())
-    h = harness(server, gpu_memory="8GiB", weights_memory="1GiB", activation_memory="512MiB",
-                non_torch_memory="256MiB", cudagraph_memory="0")
+    h = harness(
+        server,
+        gpu_memory="8GiB",
+        weights_memory="1GiB",
+        activation_memory="512MiB",
+        non_torch_memory="256MiB",
+        cudagraph_memory="0",
+    )
     try:
         h.scrape()
         assert h.value("kvcache_theoretical_capacity_tokens", budget="exact") is None
@@ -88,13 +106,26 @@ def test_without_a_model_config_no_theoretical_gauges(server):
         h.close()
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--model.tensor-parallel-size", "3"],
-     "config: model.tensor_parallel_size (from --model.tensor-parallel-size): 3 does not divide num_attention_heads"),
-    (["--model.gpu-memory", "lots"], "model.gpu_memory (from --model.gpu-memory): 'lots' is not a size or a known GPU"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["--model.tensor-parallel-size", "3"],
+            "config: model.tensor_parallel_size (from --model.tensor-parallel-size): "
+            "3 does not divide num_attention_heads",
+        ),
+        (
+            ["--model.gpu-memory", "lots"],
+            "model.gpu_memory (from --model.gpu-memory): 'lots' is not a size or a known GPU",
+        ),
+    ],
+)
 def test_an_unusable_model_section_exits_2_before_serving(args, message):
-    r = subprocess.run([KV, "run", "--model.config", TINY, "--web.listen-address", "127.0.0.1:1"] + args,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [KV, "run", "--model.config", TINY, "--web.listen-address", "127.0.0.1:1"] + args,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and "Traceback" not in r.stderr

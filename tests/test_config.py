@@ -65,44 +65,74 @@ BAD = {
     "negative-duration": ("scrape:\n  interval: 0s\n", "scrape.interval: must be greater than"),
     "negative-interval": ("scrape:\n  interval: -5s\n", "scrape.interval: must be positive, got '-5s'"),
     "bad-gpu-memory": ("model: {gpu_memory: banana}\n", "model.gpu_memory: 'banana' is not a size or a known GPU"),
-    "url-without-scheme": ("targets:\n  - url: localhost\n",
-                           "targets[0].url: not an http(s) URL: 'localhost' (did you mean http://localhost:8000/metrics?)"),
-    "timeout-above-interval": ("scrape: {interval: 5s}\ntargets:\n  - url: http://a:8000/metrics\n    timeout: 6s\n",
-                               "targets[0].timeout: '6s' is not shorter than scrape.interval"),
-    "timeout-equal-interval": ("scrape: {interval: 5s}\ntargets:\n  - url: http://a:8000/metrics\n    timeout: 5s\n",
-                               "targets[0].timeout: '5s' is not shorter than scrape.interval (5s)"),
-    "bad-size": ("targets:\n  - url: http://a:8000/metrics\n    body_size_limit: lots\n",
-                 "targets[0].body_size_limit: not a size"),
-    "duplicate-names": ("targets:\n  - {name: a, url: 'http://a:8000/metrics'}\n  - {name: a, url: 'http://b:8000/metrics'}\n",
-                        "targets[1].name: 'a' is used by another target"),
-    "unknown-engine": ("targets:\n  - {url: 'http://a:8000/metrics', engine: tgi}\n",
-                       "targets[0].engine: 'tgi' is not supported"),
-    "missing-token-file": ("targets:\n  - {url: 'http://a:8000/metrics', bearer_token_file: /nonexistent/token}\n",
-                           "targets[0].bearer_token_file: '/nonexistent/token' is not a readable file"),
-    "watermark-order": ("thresholds: {watermark: 0.7, warning: 0.8}\n",
-                        "thresholds.warning: must be below thresholds.watermark"),
+    "url-without-scheme": (
+        "targets:\n  - url: localhost\n",
+        "targets[0].url: not an http(s) URL: 'localhost' (did you mean http://localhost:8000/metrics?)",
+    ),
+    "timeout-above-interval": (
+        "scrape: {interval: 5s}\ntargets:\n  - url: http://a:8000/metrics\n    timeout: 6s\n",
+        "targets[0].timeout: '6s' is not shorter than scrape.interval",
+    ),
+    "timeout-equal-interval": (
+        "scrape: {interval: 5s}\ntargets:\n  - url: http://a:8000/metrics\n    timeout: 5s\n",
+        "targets[0].timeout: '5s' is not shorter than scrape.interval (5s)",
+    ),
+    "bad-size": (
+        "targets:\n  - url: http://a:8000/metrics\n    body_size_limit: lots\n",
+        "targets[0].body_size_limit: not a size",
+    ),
+    "duplicate-names": (
+        "targets:\n  - {name: a, url: 'http://a:8000/metrics'}\n  - {name: a, url: 'http://b:8000/metrics'}\n",
+        "targets[1].name: 'a' is used by another target",
+    ),
+    "unknown-engine": (
+        "targets:\n  - {url: 'http://a:8000/metrics', engine: tgi}\n",
+        "targets[0].engine: 'tgi' is not supported",
+    ),
+    "missing-token-file": (
+        "targets:\n  - {url: 'http://a:8000/metrics', bearer_token_file: /nonexistent/token}\n",
+        "targets[0].bearer_token_file: '/nonexistent/token' is not a readable file",
+    ),
+    "watermark-order": (
+        "thresholds: {watermark: 0.7, warning: 0.8}\n",
+        "thresholds.warning: must be below thresholds.watermark",
+    ),
     "watermark-range": ("thresholds: {watermark: 90}\n", "thresholds.watermark: must be a fraction between 0 and 1"),
     "bad-listen": ("web: {listen_address: 'localhost'}\n", "web.listen_address: 'localhost' is not HOST:PORT"),
     "bad-log-level": ("log: {level: verbose}\n", "log.level: 'verbose' is not one of"),
-    "missing-model-config": ("model: {config: /nonexistent/model}\n",
-                             "model.config: '/nonexistent/model' does not exist"),
+    "missing-model-config": (
+        "model: {config: /nonexistent/model}\n",
+        "model.config: '/nonexistent/model' does not exist",
+    ),
     "bad-tp": ("model: {tensor_parallel_size: zero}\n", "model.tensor_parallel_size: must be a whole number"),
     "nan-interval": ("scrape:\n  interval: .nan\n", "scrape.interval: not a duration"),
-    "inf-timeout": ("targets:\n  - {url: 'http://a:8000/metrics', timeout: .inf}\n",
-                    "targets[0].timeout: not a duration"),
+    "inf-timeout": (
+        "targets:\n  - {url: 'http://a:8000/metrics', timeout: .inf}\n",
+        "targets[0].timeout: not a duration",
+    ),
     "tiny-interval": ("scrape:\n  interval: 1ms\n", "scrape.interval: must be at least 100ms"),
     "fractional-tp": ("model: {tensor_parallel_size: 2.7}\n", "model.tensor_parallel_size: must be a whole number"),
     "port-out-of-range": ("web: {listen_address: ':70000'}\n", "web.listen_address: port 70000 is out of range"),
-    "forecast-window-too-short": ("forecast: {window: 5s, min_span: 1h}\n",
-                                  "forecast.window: 5s cannot hold forecast.min_samples"),
-    "long-window-shorter-than-window": ("forecast: {window: 10m, long_windows: [5m, 40m]}\n",
-                                        "forecast.long_windows: each must be longer than forecast.window (10m)"),
-    "long-windows-not-a-list": ("forecast: {long_windows: 5}\n",
-                                "forecast.long_windows: must be a list of durations such as [20m, 40m]"),
-    "long-window-not-a-duration": ("forecast: {long_windows: [20m, soon]}\n",
-                                   "forecast.long_windows[1]: not a duration: 'soon'"),
-    "credentials-in-url": ("targets:\n  - url: 'http://admin:s3cr3t@vllm:8000/metrics'\n",
-                           "targets[0].url: credentials in the URL would end up in labels and logs"),
+    "forecast-window-too-short": (
+        "forecast: {window: 5s, min_span: 1h}\n",
+        "forecast.window: 5s cannot hold forecast.min_samples",
+    ),
+    "long-window-shorter-than-window": (
+        "forecast: {window: 10m, long_windows: [5m, 40m]}\n",
+        "forecast.long_windows: each must be longer than forecast.window (10m)",
+    ),
+    "long-windows-not-a-list": (
+        "forecast: {long_windows: 5}\n",
+        "forecast.long_windows: must be a list of durations such as [20m, 40m]",
+    ),
+    "long-window-not-a-duration": (
+        "forecast: {long_windows: [20m, soon]}\n",
+        "forecast.long_windows[1]: not a duration: 'soon'",
+    ),
+    "credentials-in-url": (
+        "targets:\n  - url: 'http://admin:s3cr3t@vllm:8000/metrics'\n",
+        "targets[0].url: credentials in the URL would end up in labels and logs",
+    ),
     "alerts-typo": ("alerts:\n  warnng_for: 5m\n", "alerts.warnng_for: unknown key (did you mean 'warning_for'?)"),
     "not-yaml": ("targets: [unclosed\n", "not valid YAML"),
     "not-a-mapping": ("- just\n- a list\n", "the top level must be a mapping"),
@@ -120,11 +150,14 @@ def test_bad_config_exits_2_naming_the_field(tmp_path, name):
     assert "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize(("content", "problem"), [
-    (b"s3cr3t-TOKEN\nsecond-line\n", "is not one token"),
-    (b"s3cr3t-TOKEN-\xc3\xa9\n", "holds non-ASCII bytes"),
-    (b"  \n", "is empty"),
-])
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"s3cr3t-TOKEN\nsecond-line\n", "is not one token"),
+        (b"s3cr3t-TOKEN-\xc3\xa9\n", "holds non-ASCII bytes"),
+        (b"  \n", "is empty"),
+    ],
+)
 def test_a_token_file_that_holds_no_token_exits_2_without_showing_it(tmp_path, content, problem):
     token = tmp_path / "token"
     token.write_bytes(content)
@@ -139,8 +172,10 @@ def test_a_token_file_that_holds_no_token_exits_2_without_showing_it(tmp_path, c
 def test_a_model_the_capacity_model_refuses_is_reported_against_the_file_and_field(tmp_path):
     """tensor_parallel_size is checked against the model's heads by the capacity model (vLLM refuses it too)."""
     f = tmp_path / "tp.yaml"
-    f.write_text(f"targets: [http://127.0.0.1:8000/metrics]\n"
-                 f"model: {{config: '{MODEL_CONFIGS / 'Llama-3.1-8B.json'}', tensor_parallel_size: 3}}\n")
+    f.write_text(
+        f"targets: [http://127.0.0.1:8000/metrics]\n"
+        f"model: {{config: '{MODEL_CONFIGS / 'Llama-3.1-8B.json'}', tensor_parallel_size: 3}}\n"
+    )
     r = subprocess.run(KV + ["check-config", str(f)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert f"{f}: model.tensor_parallel_size: 3 does not divide num_attention_heads 32" in r.stderr
@@ -149,8 +184,10 @@ def test_a_model_the_capacity_model_refuses_is_reported_against_the_file_and_fie
 def test_a_bad_interval_and_a_bad_tensor_parallel_size_are_reported_in_one_run(tmp_path):
     """The model section's shape checks run with the rest of validation, not later at start-up."""
     f = tmp_path / "two.yaml"
-    f.write_text(f"scrape: {{interval: soon}}\n"
-                 f"model: {{config: '{MODEL_CONFIGS / 'Llama-3.1-8B.json'}', tensor_parallel_size: 3}}\n")
+    f.write_text(
+        f"scrape: {{interval: soon}}\n"
+        f"model: {{config: '{MODEL_CONFIGS / 'Llama-3.1-8B.json'}', tensor_parallel_size: 3}}\n"
+    )
     with pytest.raises(ConfigError) as e:
         load_config(str(f), env={})
     assert [p.split(":")[0] for p in e.value.problems] == ["scrape.interval", "model.tensor_parallel_size"]
@@ -165,16 +202,21 @@ def test_long_windows_take_a_list_or_a_comma_separated_string_and_can_be_turned_
     f = tmp_path / "fc.yaml"
     f.write_text("targets: [http://127.0.0.1:8000/metrics]\n")
     assert load_config(str(f), env={}).forecast.windows_s == (600.0, 1200.0, 2400.0)  # the defaults
-    for value, expected in (("[40m, 20m]", (600.0, 1200.0, 2400.0)), ("'30m, 1h'", (600.0, 1800.0, 3600.0)),
-                            ("[]", (600.0,)), ("''", (600.0,))):
+    for value, expected in (
+        ("[40m, 20m]", (600.0, 1200.0, 2400.0)),
+        ("'30m, 1h'", (600.0, 1800.0, 3600.0)),
+        ("[]", (600.0,)),
+        ("''", (600.0,)),
+    ):
         f.write_text(f"targets: [http://127.0.0.1:8000/metrics]\nforecast: {{long_windows: {value}}}\n")
         assert load_config(str(f), env={}).forecast.windows_s == expected, value
 
 
 def test_every_problem_is_reported_at_once(tmp_path):
     f = tmp_path / "many.yaml"
-    f.write_text("scrape: {interval: 5s, intervall: 1s}\nlog: {format: xml}\ntargets: [localhost]\n"
-                 "thresholds: {watermark: 2}\n")
+    f.write_text(
+        "scrape: {interval: 5s, intervall: 1s}\nlog: {format: xml}\ntargets: [localhost]\nthresholds: {watermark: 2}\n"
+    )
     with pytest.raises(ConfigError) as e:
         load_config(str(f), env={})
     fields = [p.split(":")[0] for p in e.value.problems]
@@ -194,8 +236,13 @@ def test_bad_values_from_the_environment_say_so():
 def test_check_config_validates_the_file_alone_whatever_the_environment(tmp_path):
     f = tmp_path / "ok.yaml"
     f.write_text("scrape: {interval: 5s}\n")
-    r = subprocess.run(KV + ["check-config", str(f)], capture_output=True, text=True, timeout=60,
-                       env={**__import__("os").environ, "KV_SIDECAR_SCRAPE_INTERVAL": "abc"})
+    r = subprocess.run(
+        KV + ["check-config", str(f)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**__import__("os").environ, "KV_SIDECAR_SCRAPE_INTERVAL": "abc"},
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -213,13 +260,19 @@ def test_default_target_name_is_host_and_port():
 
 def test_port_zero_means_any_free_port():
     assert load_config(None, env={}, flags={("web", "listen_address"): "127.0.0.1:0"}).listen_host_port == (
-        "127.0.0.1", 0)
+        "127.0.0.1",
+        0,
+    )
 
 
 def test_run_with_a_bad_config_exits_2_before_serving(tmp_path):
     # port 1 would need root to bind if it got that far; it must not.
-    r = subprocess.run(KV + ["run", "--scrape.interval", "soon", "--web.listen-address", "127.0.0.1:1"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        KV + ["run", "--scrape.interval", "soon", "--web.listen-address", "127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
     assert "scrape.interval (from --scrape.interval): not a duration: 'soon'" in r.stderr
 
@@ -232,6 +285,13 @@ def test_version_flag():
 def test_help_shows_every_default():
     r = subprocess.run(KV + ["run", "--help"], capture_output=True, text=True, timeout=60)
     out = " ".join(r.stdout.split())
-    for default in ("(default: http://127.0.0.1:8000/metrics)", "(default: :9437)", "(default: 5s)",
-                    "(default: 5m)", "(default: 0.9)", "(default: info)", "(default: logfmt)"):
+    for default in (
+        "(default: http://127.0.0.1:8000/metrics)",
+        "(default: :9437)",
+        "(default: 5s)",
+        "(default: 5m)",
+        "(default: 0.9)",
+        "(default: info)",
+        "(default: logfmt)",
+    ):
         assert default in out

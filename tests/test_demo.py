@@ -25,8 +25,7 @@ def gauges(url: str) -> dict[str, float]:
 
 def test_demo_prints_both_urls_and_the_gauges_move():
     # `make run` passes no flags: both servers take any free port and say which.
-    proc = subprocess.Popen([KV, "demo", "--speed", "20"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True)
+    proc = subprocess.Popen([KV, "demo", "--speed", "20"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         lines = [proc.stdout.readline() for _ in range(2)]
         assert lines[0].startswith("simulated vLLM (ramp-10m") and "/metrics" in lines[0]
@@ -38,8 +37,7 @@ def test_demo_prints_both_urls_and_the_gauges_move():
             g = gauges(url)
             if "kvcache_usage_ratio" in g:
                 first = first or g
-                if (g["kvcache_usage_ratio"] != first["kvcache_usage_ratio"]
-                        and "kvcache_time_until_full_seconds" in g):
+                if g["kvcache_usage_ratio"] != first["kvcache_usage_ratio"] and "kvcache_time_until_full_seconds" in g:
                     break
             time.sleep(1)
         else:

@@ -42,12 +42,18 @@ def _by_utilization(body: bytes) -> bytes:
 
 #: name -> (model flags, the bodies scraped in order)
 SCENARIOS: dict[str, tuple[dict[tuple[str, str], str], list[bytes]]] = {
-    "1gib-run": ({("model", "config"): str(TINY_LLAMA_CONFIG), ("model", "gpu_memory"): "8GiB"},
-                 [_cpu("gqa-1gib_idle"), _cpu("gqa-1gib_load"), _cpu("gqa-1gib_load"), _cpu("gqa-1gib_prefix-after")]),
-    "6mib-saturated": ({("model", "config"): str(TINY_LLAMA_CONFIG), ("model", "gpu_memory"): "8MiB"},
-                       [_cpu("gqa-6mib_full-a")] + [_cpu("gqa-6mib_full-b")] * 7),
-    "6mib-by-utilization": ({("model", "config"): str(TINY_LLAMA_CONFIG), ("model", "gpu_memory"): "8MiB"},
-                            [_by_utilization(_cpu("gqa-6mib_full-a"))] + [_by_utilization(_cpu("gqa-6mib_full-b"))] * 7),
+    "1gib-run": (
+        {("model", "config"): str(TINY_LLAMA_CONFIG), ("model", "gpu_memory"): "8GiB"},
+        [_cpu("gqa-1gib_idle"), _cpu("gqa-1gib_load"), _cpu("gqa-1gib_load"), _cpu("gqa-1gib_prefix-after")],
+    ),
+    "6mib-saturated": (
+        {("model", "config"): str(TINY_LLAMA_CONFIG), ("model", "gpu_memory"): "8MiB"},
+        [_cpu("gqa-6mib_full-a")] + [_cpu("gqa-6mib_full-b")] * 7,
+    ),
+    "6mib-by-utilization": (
+        {("model", "config"): str(TINY_LLAMA_CONFIG), ("model", "gpu_memory"): "8MiB"},
+        [_by_utilization(_cpu("gqa-6mib_full-a"))] + [_by_utilization(_cpu("gqa-6mib_full-b"))] * 7,
+    ),
     "6mib-no-model": ({}, [_cpu("gqa-6mib_full-a"), _cpu("gqa-6mib_full-b")]),
     "1gib-no-model": ({}, [_cpu("gqa-1gib_idle"), _cpu("gqa-1gib_load"), _cpu("gqa-1gib_prefix-after")]),
     "public-v0-aibrix": ({}, [(METRICS / "vllm_v0_0.7x_aibrix_runtime_doc_excerpt.txt").read_bytes()]),
@@ -60,8 +66,9 @@ def exposition(name: str) -> str:
     """Every step's full exposition of scenario ``name``, separated by ``# step N`` lines."""
     flags, bodies = SCENARIOS[name]
     clock = [START]
-    config = load_config(None, env={}, flags={("scrape", "interval"): "5s", **flags},
-                         flag_targets=["http://127.0.0.1:9/metrics"])
+    config = load_config(
+        None, env={}, flags={("scrape", "interval"): "5s", **flags}, flag_targets=["http://127.0.0.1:9/metrics"]
+    )
     sidecar = Sidecar(config, build_extenders(config), clock=lambda: clock[0])
     state = sidecar.states[0]
     out = []
@@ -79,14 +86,21 @@ def test_exposition_is_unchanged(name):
     got = exposition(name)
     assert got == golden.read_text(), (
         f"the exported series of scenario {name!r} changed; if that is intended, run "
-        f"`python tests/test_exposition_unchanged.py --update` and record it in CHANGELOG.md")
+        f"`python tests/test_exposition_unchanged.py --update` and record it in CHANGELOG.md"
+    )
 
 
 def test_scenarios_export_derived_gauges():
     """The golden files hold what matters: capacity, forecast and advice series, not only raw ones."""
     text = (GOLDEN / "6mib-saturated.prom").read_text()
-    for series in ("kvcache_capacity_tokens", "kvcache_theoretical_bytes_per_token", "kvcache_recommendation_info",
-                   "kvcache_suggested_replicas", "kvcache_watermark_headroom_tokens", "kvcache_time_until_full_seconds"):
+    for series in (
+        "kvcache_capacity_tokens",
+        "kvcache_theoretical_bytes_per_token",
+        "kvcache_recommendation_info",
+        "kvcache_suggested_replicas",
+        "kvcache_watermark_headroom_tokens",
+        "kvcache_time_until_full_seconds",
+    ):
         assert series in text, series
 
 

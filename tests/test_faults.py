@@ -32,26 +32,31 @@ def test_refused(server):
     loop = asyncio.new_event_loop()
     loop.run_until_complete(sc.scrape_once(sc.states[0]))
     name = cfg.targets[0].name
-    assert sc.registry.get_sample_value("kvcache_sidecar_scrape_errors_total",
-                                        {"target": name, "reason": "refused"}) == 1.0
+    assert (
+        sc.registry.get_sample_value("kvcache_sidecar_scrape_errors_total", {"target": name, "reason": "refused"})
+        == 1.0
+    )
     assert sc.registry.get_sample_value("kvcache_sidecar_target_up", {"target": name}) == 0.0
     loop.run_until_complete(sc.aclose())
     loop.close()
 
 
-@pytest.mark.parametrize("behaviour,reason", [
-    (status(500), "http_5xx"),
-    (status(503), "http_5xx"),
-    (status(404), "http_4xx"),
-    (status(401), "http_4xx"),
-    (ok(b""), "empty"),
-    (ok(b"\x00\x01\x02\xff\xfe binary garbage \x89PNG"), "invalid_text"),
-    (ok(b"\xff\xfe\xfd not utf-8 at all"), "invalid_text"),
-    (ok(b'# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine="0" 0.5\n'), "invalid_text"),
-    (ok(b'vllm:kv_cache_usage_perc{engine="0",model_name="m"} zero\n'), "invalid_text"),
-    (ok(b"# HELP up whatever\nup 1\nnode_load1 0.5\n"), "no_engine_metrics"),
-    (huge_chunked(20 * 2**20), "too_large"),
-])
+@pytest.mark.parametrize(
+    "behaviour,reason",
+    [
+        (status(500), "http_5xx"),
+        (status(503), "http_5xx"),
+        (status(404), "http_4xx"),
+        (status(401), "http_4xx"),
+        (ok(b""), "empty"),
+        (ok(b"\x00\x01\x02\xff\xfe binary garbage \x89PNG"), "invalid_text"),
+        (ok(b"\xff\xfe\xfd not utf-8 at all"), "invalid_text"),
+        (ok(b'# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine="0" 0.5\n'), "invalid_text"),
+        (ok(b'vllm:kv_cache_usage_perc{engine="0",model_name="m"} zero\n'), "invalid_text"),
+        (ok(b"# HELP up whatever\nup 1\nnode_load1 0.5\n"), "no_engine_metrics"),
+        (huge_chunked(20 * 2**20), "too_large"),
+    ],
+)
 def test_each_failure_is_counted_under_its_reason(h, server, behaviour, reason):
     server.behaviour = behaviour
     h.scrape()
@@ -127,11 +132,17 @@ def test_saturated_target_answering_in_one_and_a_half_timeouts_keeps_its_gauges(
 
 
 def test_nan_and_inf_values_do_not_break_the_scrape(h, server):
-    text = FULL_A.decode().replace(
-        'vllm:kv_cache_usage_perc{engine="0",model_name="models/tiny-llama-gqa-bf16"} 0.9361702127659575',
-        'vllm:kv_cache_usage_perc{engine="0",model_name="models/tiny-llama-gqa-bf16"} NaN').replace(
-        'vllm:num_requests_running{engine="0",model_name="models/tiny-llama-gqa-bf16"} 8.0',
-        'vllm:num_requests_running{engine="0",model_name="models/tiny-llama-gqa-bf16"} +Inf')
+    text = (
+        FULL_A.decode()
+        .replace(
+            'vllm:kv_cache_usage_perc{engine="0",model_name="models/tiny-llama-gqa-bf16"} 0.9361702127659575',
+            'vllm:kv_cache_usage_perc{engine="0",model_name="models/tiny-llama-gqa-bf16"} NaN',
+        )
+        .replace(
+            'vllm:num_requests_running{engine="0",model_name="models/tiny-llama-gqa-bf16"} 8.0',
+            'vllm:num_requests_running{engine="0",model_name="models/tiny-llama-gqa-bf16"} +Inf',
+        )
+    )
     assert "NaN" in text and "+Inf\n" in text
     server.behaviour = ok(text.encode())
     h.scrape()
@@ -159,7 +170,8 @@ def test_counter_reset_passes_through_and_rates_stay_sane(h, server):
     h.scrape()
     restarted = FULL_B.decode().replace(
         'vllm:num_preemptions_total{engine="0",model_name="models/tiny-llama-gqa-bf16"} 27.0',
-        'vllm:num_preemptions_total{engine="0",model_name="models/tiny-llama-gqa-bf16"} 3.0')
+        'vllm:num_preemptions_total{engine="0",model_name="models/tiny-llama-gqa-bf16"} 3.0',
+    )
     server.behaviour = ok(restarted.encode())
     h.scrape(advance_s=10)
     assert h.value("kvcache_preemptions_total") == 3.0  # passed through; Prometheus' rate() handles the reset
@@ -182,8 +194,11 @@ def test_cache_config_change_is_counted(h, server):
     h.scrape()
     h.scrape()
     assert h.value("kvcache_sidecar_config_changes_total") == 0.0
-    bigger = FULL_A.decode().replace('num_gpu_blocks="48"', 'num_gpu_blocks="96"').replace(
-        'kv_cache_size_tokens="6144"', 'kv_cache_size_tokens="12288"')
+    bigger = (
+        FULL_A.decode()
+        .replace('num_gpu_blocks="48"', 'num_gpu_blocks="96"')
+        .replace('kv_cache_size_tokens="6144"', 'kv_cache_size_tokens="12288"')
+    )
     server.behaviour = ok(bigger.encode())
     h.scrape()
     assert h.value("kvcache_sidecar_config_changes_total") == 1.0
@@ -192,8 +207,9 @@ def test_cache_config_change_is_counted(h, server):
 
 def test_a_model_that_disappears_takes_its_series_with_it(h, server):
     two = FULL_A.decode() + (
-        '# TYPE vllm:kv_cache_usage_perc gauge\n'
-        'vllm:kv_cache_usage_perc{engine="1",model_name="models/tiny-llama-gqa-bf16"} 0.5\n')
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc{engine="1",model_name="models/tiny-llama-gqa-bf16"} 0.5\n'
+    )
     server.behaviour = ok(two.encode())
     h.scrape()
     assert h.value("kvcache_usage_ratio", engine="1") == 0.5
@@ -203,13 +219,20 @@ def test_a_model_that_disappears_takes_its_series_with_it(h, server):
     assert h.value("kvcache_usage_ratio") == pytest.approx(44 / 47)
 
 
-@pytest.mark.parametrize("mutation", [
-    ('le="1000.0"', 'le="abc"'),  # an unparsable bucket bound
-    ('vllm:request_prompt_tokens_sum{engine="0",model_name="models/tiny-llama-gqa-bf16"} 17920.0',
-     'vllm:request_prompt_tokens_sum{engine="0",model_name="models/tiny-llama-gqa-bf16"} NaN'),
-    ('vllm:request_prompt_tokens_bucket{engine="0",le="+Inf",model_name="models/tiny-llama-gqa-bf16"} 35.0',
-     'vllm:request_prompt_tokens_bucket{engine="0",le="+Inf",model_name="models/tiny-llama-gqa-bf16"} NaN'),
-])
+@pytest.mark.parametrize(
+    "mutation",
+    [
+        ('le="1000.0"', 'le="abc"'),  # an unparsable bucket bound
+        (
+            'vllm:request_prompt_tokens_sum{engine="0",model_name="models/tiny-llama-gqa-bf16"} 17920.0',
+            'vllm:request_prompt_tokens_sum{engine="0",model_name="models/tiny-llama-gqa-bf16"} NaN',
+        ),
+        (
+            'vllm:request_prompt_tokens_bucket{engine="0",le="+Inf",model_name="models/tiny-llama-gqa-bf16"} 35.0',
+            'vllm:request_prompt_tokens_bucket{engine="0",le="+Inf",model_name="models/tiny-llama-gqa-bf16"} NaN',
+        ),
+    ],
+)
 def test_odd_histograms_cost_only_themselves(h, server, mutation):
     server.behaviour = ok(FULL_A)
     h.scrape()
@@ -233,6 +256,7 @@ def test_compressed_answers_are_refused_not_inflated(h, server):
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
         handler.wfile.write(body)
+
     server.behaviour = gzipped
     h.scrape()
     assert h.errors("invalid_text") == 1.0
@@ -241,6 +265,7 @@ def test_compressed_answers_are_refused_not_inflated(h, server):
 def test_two_targets_serving_the_same_model_keep_separate_forecasts():
     """Each target's forecast state is its own, even when model_name and engine coincide."""
     from fixtures import CPU_032 as cpu
+
     ramp_pages = []
     base = (cpu / "gqa-1gib_load.txt").read_text()
     for i in range(8):  # a rising usage on target A
@@ -252,6 +277,7 @@ def test_two_targets_serving_the_same_model_keep_separate_forecasts():
     try:
         cfg = load_config(None, env={}, flag_targets=[s.url for s in servers])
         from sidecar.layers import build_extenders
+
         sc = Sidecar(cfg, build_extenders(cfg), clock=lambda: clock[0])
         loop = asyncio.new_event_loop()
         servers[1].behaviour = ok(base.encode())  # flat
@@ -274,6 +300,7 @@ def test_two_targets_serving_the_same_model_keep_separate_forecasts():
 
 def test_a_run_of_failures_is_logged_once_and_the_recovery_too(h, server, caplog):
     import logging
+
     server.behaviour = status(503)
     with caplog.at_level(logging.INFO, logger="kv_sidecar.daemon"):
         for _ in range(4):
@@ -288,10 +315,12 @@ def test_a_run_of_failures_is_logged_once_and_the_recovery_too(h, server, caplog
 
 # --- the bearer token: sent, re-read at every scrape, never logged --------------------------------------------
 
+
 def _recording(body: bytes, seen: list):
     def behave(h):
         seen.append(h.headers.get("Authorization"))
         ok(body)(h)
+
     return behave
 
 
@@ -311,16 +340,20 @@ def test_the_bearer_token_is_sent_and_reread_at_every_scrape(server, tmp_path):
         harness.close()
 
 
-@pytest.mark.parametrize("content", [
-    b"s3cr3t-TOKEN\nsecond-line\n",  # h11 would refuse the header and quote it in its error
-    b"s3cr3t-TOKEN-\xc3\xa9\n",     # non-ASCII: cannot be encoded as a header
-    b"s3cr3t-TOKEN-\xff\n",          # not even UTF-8
-    b"s3cr3t TOKEN\n",               # a space
-    b"\n",                           # empty
-    None,                            # the file vanished after start-up
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"s3cr3t-TOKEN\nsecond-line\n",  # h11 would refuse the header and quote it in its error
+        b"s3cr3t-TOKEN-\xc3\xa9\n",  # non-ASCII: cannot be encoded as a header
+        b"s3cr3t-TOKEN-\xff\n",  # not even UTF-8
+        b"s3cr3t TOKEN\n",  # a space
+        b"\n",  # empty
+        None,  # the file vanished after start-up
+    ],
+)
 def test_a_bad_token_file_is_counted_never_sent_and_never_logged(server, tmp_path, caplog, content):
     import logging
+
     token = tmp_path / "token"
     if content is not None:
         token.write_bytes(content)
@@ -360,6 +393,7 @@ def test_a_redirect_is_a_4xx_that_names_the_url_without_its_query(h, server, cap
         handler.send_header("Location", "/metrics-new?X-Signature=s3cr3t-sig")
         handler.send_header("Content-Length", "0")
         handler.end_headers()
+
     server.behaviour = redirect
     with caplog.at_level(logging.WARNING):
         h.scrape()

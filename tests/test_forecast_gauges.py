@@ -29,15 +29,18 @@ def test_waiting_requests_count_as_demand_when_the_cache_is_the_bottleneck(h, se
     # vLLM ran with --kv-cache-memory-bytes: the advice is in that unit. The peak 49,792 at 0.75 needs
     # ceil(49792 / 0.75 / 128) = 519 usable blocks + the null block = 520 x 128 tokens x 1024 B = 65 MiB.
     assert h.value("kvcache_suggested_kv_cache_memory_bytes") == 65 * 2**20
-    assert h.value("kvcache_recommendation_info", action="raise_kv_cache_memory_bytes",
-                   reason="peak_above_target") == 1.0
+    assert (
+        h.value("kvcache_recommendation_info", action="raise_kv_cache_memory_bytes", reason="peak_above_target") == 1.0
+    )
     assert h.value("kvcache_time_until_full_seconds") == 0.0  # no block free: full is full
 
 
 def test_queueing_at_low_usage_is_not_kv_demand(h, server):
     # Requests held by max_num_seqs or the token budget while KV is free are not KV pressure.
-    page = LOAD.replace(f'vllm:num_requests_waiting_by_reason{{{MODEL},reason="capacity"}} 0.0',
-                        f'vllm:num_requests_waiting_by_reason{{{MODEL},reason="capacity"}} 40.0')
+    page = LOAD.replace(
+        f'vllm:num_requests_waiting_by_reason{{{MODEL},reason="capacity"}} 0.0',
+        f'vllm:num_requests_waiting_by_reason{{{MODEL},reason="capacity"}} 40.0',
+    )
     assert page != LOAD
     server.behaviour = ok(page.encode())
     h.scrape()
@@ -46,18 +49,25 @@ def test_queueing_at_low_usage_is_not_kv_demand(h, server):
 
 
 def test_forecast_and_advice_are_suppressed_while_the_engine_sleeps(h, server):
-    asleep = FULL_B.replace(f'vllm:engine_sleep_state{{{MODEL},sleep_state="awake"}} 1.0',
-                            f'vllm:engine_sleep_state{{{MODEL},sleep_state="awake"}} 0.0').replace(
+    asleep = FULL_B.replace(
+        f'vllm:engine_sleep_state{{{MODEL},sleep_state="awake"}} 1.0',
+        f'vllm:engine_sleep_state{{{MODEL},sleep_state="awake"}} 0.0',
+    ).replace(
         f'vllm:engine_sleep_state{{{MODEL},sleep_state="weights_offloaded"}} 0.0',
-        f'vllm:engine_sleep_state{{{MODEL},sleep_state="weights_offloaded"}} 1.0')
+        f'vllm:engine_sleep_state{{{MODEL},sleep_state="weights_offloaded"}} 1.0',
+    )
     assert asleep != FULL_B
     server.behaviour = ok(asleep.encode())
     for _ in range(6):
         h.scrape()
     assert h.value("kvcache_engine_asleep") == 1.0
     assert h.value("kvcache_recommendation_info", action="none", reason="engine_asleep") == 1.0
-    for gauge in ("kvcache_fill_rate_tokens_per_second", "kvcache_time_until_full_seconds",
-                  "kvcache_suggested_kv_cache_memory_bytes", "kvcache_capacity_shortfall_tokens"):
+    for gauge in (
+        "kvcache_fill_rate_tokens_per_second",
+        "kvcache_time_until_full_seconds",
+        "kvcache_suggested_kv_cache_memory_bytes",
+        "kvcache_capacity_shortfall_tokens",
+    ):
         assert h.value(gauge) is None, gauge
     assert h.value("kvcache_usage_ratio") == 1.0  # the base gauges stay
 
@@ -73,8 +83,11 @@ def test_fill_rate_appears_after_five_samples_spanning_ten_seconds(h, server):
 
 
 def test_no_advice_to_lower_memory_before_a_whole_peak_window_was_watched(server):
-    idle = (CPU_032 / "gqa-6mib_full-a.txt").read_text().replace(
-        f'vllm:kv_cache_usage_perc{{{MODEL}}} 0.9361702127659575', f'vllm:kv_cache_usage_perc{{{MODEL}}} 0.0')
+    idle = (
+        (CPU_032 / "gqa-6mib_full-a.txt")
+        .read_text()
+        .replace(f"vllm:kv_cache_usage_perc{{{MODEL}}} 0.9361702127659575", f"vllm:kv_cache_usage_perc{{{MODEL}}} 0.0")
+    )
     assert "0.9361702127659575" not in idle
     server.behaviour = ok(idle.encode())
     h = Harness(server, flags={("forecast", "peak_window"): "2m"})
@@ -84,8 +97,10 @@ def test_no_advice_to_lower_memory_before_a_whole_peak_window_was_watched(server
         assert h.value("kvcache_suggested_kv_cache_memory_bytes") is None  # it would be below the 6 MiB in use
         for _ in range(24):  # 2 minutes of 5 s scrapes with an empty cache
             h.scrape(advance_s=5)
-        assert h.value("kvcache_recommendation_info", action="lower_kv_cache_memory_bytes",
-                       reason="peak_below_target") == 1.0
+        assert (
+            h.value("kvcache_recommendation_info", action="lower_kv_cache_memory_bytes", reason="peak_below_target")
+            == 1.0
+        )
         # one max_model_len (1024-token) request must still fit: 8 blocks + the null block
         assert h.value("kvcache_suggested_kv_cache_memory_bytes") == 9 * 128 * 1024
     finally:
@@ -97,8 +112,10 @@ def test_a_slow_ramp_is_caught_by_the_long_windows_that_the_short_one_reads_as_n
     # blocks of 128): 1000 + t blocks, plus 500 at t = 100 b + 50 in odd b, usage at most 0.48.
     usage_line = f"vllm:kv_cache_usage_perc{{{MODEL}}} 0.05469417653522157"
     assert usage_line in LOAD
-    pages = [LOAD.replace(usage_line, f"vllm:kv_cache_usage_perc{{{MODEL}}} {blocks / 8191!r}").encode()
-             for _, blocks in slow_ramp(2400)]
+    pages = [
+        LOAD.replace(usage_line, f"vllm:kv_cache_usage_perc{{{MODEL}}} {blocks / 8191!r}").encode()
+        for _, blocks in slow_ramp(2400)
+    ]
     results = {}
     for name, flags in (("defaults", None), ("window alone", {("forecast", "long_windows"): ""})):
         h = Harness(server, flags=flags)
@@ -107,9 +124,11 @@ def test_a_slow_ramp_is_caught_by_the_long_windows_that_the_short_one_reads_as_n
                 server.behaviour = ok(page)
                 h.scrape(advance_s=5)
             assert h.value("kvcache_used_tokens") == 3400 * 128
-            results[name] = (h.value("kvcache_fill_rate_tokens_per_second"),
-                             h.value("kvcache_time_until_full_seconds"),
-                             h.value("kvcache_time_until_watermark_seconds"))
+            results[name] = (
+                h.value("kvcache_fill_rate_tokens_per_second"),
+                h.value("kvcache_time_until_full_seconds"),
+                h.value("kvcache_time_until_watermark_seconds"),
+            )
             if name == "defaults":
                 # vLLM restarts (its prompt-token counter goes back): the trend starts again from this sample
                 # instead of mixing two processes, so there is no rate until fresh samples exist.
@@ -159,9 +178,17 @@ def test_inferred_gpu_memory_uses_every_term_of_the_budget(server):
     # LOAD: 8192 blocks x 128 = 1,048,576 tokens of 1024 B (the tiny model on CPU), u0 = 0.92, peak demand =
     # the 57,344 tokens held. C* = (ceil(57344 / 0.75 / 128) + 1) x 128 = 599 x 128 = 76,672 tokens.
     server.behaviour = ok(LOAD.replace('kv_cache_memory_bytes="1073741824"', BY_UTIL).encode())
-    h = Harness(server, flags={("model", "config"): TINY, ("model", "weights_memory"): "100MiB",
-                               ("model", "activation_memory"): "50MiB", ("model", "non_torch_memory"): "20MiB",
-                               ("forecast", "peak_window"): "10s", ("forecast", "utilization_min"): 0.01})
+    h = Harness(
+        server,
+        flags={
+            ("model", "config"): TINY,
+            ("model", "weights_memory"): "100MiB",
+            ("model", "activation_memory"): "50MiB",
+            ("model", "non_torch_memory"): "20MiB",
+            ("forecast", "peak_window"): "10s",
+            ("forecast", "utilization_min"): 0.01,
+        },
+    )
     try:
         for _ in range(3):
             h.scrape(advance_s=5)
@@ -173,14 +200,17 @@ def test_inferred_gpu_memory_uses_every_term_of_the_budget(server):
         h.close()
 
 
-@pytest.mark.parametrize(("gpu_memory", "suggested", "shortfall", "replicas"), [
-    # 8 MiB cannot hold the tiny model's estimated weights and activations next to a bigger cache, but vLLM runs
-    # with 6 MiB of KV, so 6 MiB is the ceiling: 48 blocks = 6144 tokens. C* = 520 x 128 = 66,560 tokens;
-    # shortfall 66,560 - 6,144; replicas ceil(49,792 / (0.75 x 6,016)) = ceil(11.04) = 12.
-    ("8MiB", 6 * MiB, 66_560 - 6_144, 12),
-    # 1 GiB leaves room for the 65 MiB the peak needs: no shortfall.
-    ("1GiB", 65 * MiB, None, None),
-])
+@pytest.mark.parametrize(
+    ("gpu_memory", "suggested", "shortfall", "replicas"),
+    [
+        # 8 MiB cannot hold the tiny model's estimated weights and activations next to a bigger cache, but vLLM runs
+        # with 6 MiB of KV, so 6 MiB is the ceiling: 48 blocks = 6144 tokens. C* = 520 x 128 = 66,560 tokens;
+        # shortfall 66,560 - 6,144; replicas ceil(49,792 / (0.75 x 6,016)) = ceil(11.04) = 12.
+        ("8MiB", 6 * MiB, 66_560 - 6_144, 12),
+        # 1 GiB leaves room for the 65 MiB the peak needs: no shortfall.
+        ("1GiB", 65 * MiB, None, None),
+    ],
+)
 def test_the_kv_cache_memory_bytes_ceiling(server, gpu_memory, suggested, shortfall, replicas):
     server.behaviour = ok(FULL_B.encode())
     h = Harness(server, flags={("model", "config"): TINY, ("model", "gpu_memory"): gpu_memory})
@@ -196,7 +226,7 @@ def test_the_kv_cache_memory_bytes_ceiling(server, gpu_memory, suggested, shortf
 
 
 def test_the_max_model_len_lever_is_only_ever_lower(server):
-    running = f'vllm:num_requests_running{{{MODEL}}} 7.0'
+    running = f"vllm:num_requests_running{{{MODEL}}} 7.0"
     assert running in FULL_B
     h = Harness(server, flags={("model", "config"): TINY, ("model", "gpu_memory"): "8MiB"})
     try:
@@ -207,19 +237,22 @@ def test_the_max_model_len_lever_is_only_ever_lower(server):
         assert h.value("kvcache_lever_capacity_tokens", lever="max_model_len") == 768
         assert h.value("kvcache_lever_capacity_tokens", lever="fp8_kv_cache") == 2 * 6144  # bf16 -> fp8
         # one running request would fit 47 blocks = 6016 tokens: above 1024, so lowering is no lever
-        server.behaviour = ok(FULL_B.replace(running, f'vllm:num_requests_running{{{MODEL}}} 1.0').encode())
+        server.behaviour = ok(FULL_B.replace(running, f"vllm:num_requests_running{{{MODEL}}} 1.0").encode())
         h.scrape()
         assert h.value("kvcache_lever_capacity_tokens", lever="max_model_len") is None
     finally:
         h.close()
 
 
-@pytest.mark.parametrize(("watermark", "demand"), [
-    # full-a: usage 44/47 = 0.936 (5632 tokens held), 56 waiting for capacity; 13 requests of 512 + 500 tokens
-    # finished, 512 + 250 = 762 tokens held on average, 768 in whole blocks.
-    (None, 5632 + 56 * 768),  # the default watermark 0.9: the cache is the bottleneck
-    (0.95, 5632),             # usage below this watermark: the queue is not KV pressure
-])
+@pytest.mark.parametrize(
+    ("watermark", "demand"),
+    [
+        # full-a: usage 44/47 = 0.936 (5632 tokens held), 56 waiting for capacity; 13 requests of 512 + 500 tokens
+        # finished, 512 + 250 = 762 tokens held on average, 768 in whole blocks.
+        (None, 5632 + 56 * 768),  # the default watermark 0.9: the cache is the bottleneck
+        (0.95, 5632),  # usage below this watermark: the queue is not KV pressure
+    ],
+)
 def test_the_demand_gate_reads_the_configured_watermark(server, watermark, demand):
     server.behaviour = ok((CPU_032 / "gqa-6mib_full-a.txt").read_bytes())
     h = Harness(server, flags=None if watermark is None else {("thresholds", "watermark"): watermark})

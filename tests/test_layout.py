@@ -107,3 +107,20 @@ def test_the_graph_sees_deferred_imports(tmp_path):
 
 def test_no_import_cycle():
     assert find_cycles(import_graph()) == []
+
+
+def test_contributing_lists_every_module():
+    """CONTRIBUTING.md's tree names each module of the package once, and nothing that is gone."""
+    text = (PACKAGE.parent / "CONTRIBUTING.md").read_text()
+    tree = text.split("```text\nsidecar/\n", 1)[1].split("```", 1)[0]
+    listed, folders = set(), []
+    for line in tree.splitlines():
+        indent = (len(line) - len(line.lstrip())) // 2
+        name = line.split()[0]
+        folders = folders[: indent - 1]
+        if name.endswith("/"):
+            folders.append(name.rstrip("/"))
+        else:
+            listed.add("/".join([*folders, name]))
+    actual = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")}
+    assert listed == actual, f"missing from CONTRIBUTING.md: {actual - listed}; gone: {listed - actual}"

@@ -82,9 +82,15 @@ def full_run_registry():
     servers = [FaultServer(), FaultServer()]
     clock = [1_800_000_000.0]
     try:
-        config = load_config(None, env={}, flags={("model", "config"): str(CPU_032 / "tiny-llama-gqa-bf16.config.json"),
-                                                  ("model", "gpu_memory"): "8MiB"},
-                             flag_targets=[s.url for s in servers])
+        config = load_config(
+            None,
+            env={},
+            flags={
+                ("model", "config"): str(CPU_032 / "tiny-llama-gqa-bf16.config.json"),
+                ("model", "gpu_memory"): "8MiB",
+            },
+            flag_targets=[s.url for s in servers],
+        )
         sidecar = Sidecar(config, build_extenders(config), clock=lambda: clock[0])
         loop = asyncio.new_event_loop()
         for i in range(8):

@@ -30,9 +30,21 @@ def wait_http(url: str, seconds: float = 20.0) -> httpx.Response:
 
 def test_probes_while_the_target_is_down_and_clean_sigterm():
     port, dead = free_port(), free_port()
-    proc = subprocess.Popen([KV, "run", "--target", f"http://127.0.0.1:{dead}/metrics",
-                             "--web.listen-address", f"127.0.0.1:{port}", "--scrape.interval", "1s"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            KV,
+            "run",
+            "--target",
+            f"http://127.0.0.1:{dead}/metrics",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--scrape.interval",
+            "1s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         assert wait_http(base + "/readyz").status_code == 200
@@ -54,8 +66,9 @@ def test_probes_while_the_target_is_down_and_clean_sigterm():
 
 def test_healthz_fails_when_the_scrape_loop_stops():
     port = free_port()
-    cfg = load_config(None, env={}, flags={("scrape", "interval"): "1s",
-                                           ("web", "listen_address"): f"127.0.0.1:{port}"})
+    cfg = load_config(
+        None, env={}, flags={("scrape", "interval"): "1s", ("web", "listen_address"): f"127.0.0.1:{port}"}
+    )
     sidecar = Sidecar(cfg)
     server = start_http(sidecar, ready=lambda: True)  # HTTP up, but no scheduler: a wedged loop
     try:

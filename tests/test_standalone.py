@@ -3,9 +3,9 @@
 A clone holds everything its tests, docs and docstrings refer to. These tests fail when a text file of
 the project (tracked, or new and not ignored) names:
 
-* a folder outside the repository: ``../shared``, ``shared/reference``, ``shared/fixtures``, a ``/work/``
-  path of the machine the project was built on, or the ``KV_SIDECAR_SHARED`` variable that once pointed
-  at them;
+* a folder outside the repository: the research-notes folder that once lay beside the clone (its
+  relative path, or its ``reference`` and ``fixtures`` subfolders), a path of the machine the project was
+  built on, or the environment variable that once pointed at the folder (``FORBIDDEN_STRINGS``);
 * the private research notes by name (``kv-capacity.md``, ``ops-conventions.md``, ``containers-here.md``;
   ``docs/vllm-metrics.md`` is the project's own page and is allowed) or a "reference …" citation of them;
 * a section sign ``§``, which is how those notes and the issue tracker were cited ("§A2", "issue 5 §1").
@@ -161,7 +161,7 @@ def test_no_file_points_outside_the_repository_or_at_the_old_notes():
 
 def test_the_patterns_catch_what_they_are_for():
     bad = [
-        "see ../" + "shared/reference/x.md",
+        "see ../" + _SHARED + "/reference/x.md",
         "issue 5 " + _SECTION + "1",
         "Issue 4's different shape",
         "(issues 2–6)",

@@ -22,8 +22,16 @@ def test_a_broken_layer_keeps_the_base_gauges_and_is_logged_once(caplog):
     state = TargetState(target=load_config(None, env={}).targets[0], history_s=300)
     with caplog.at_level(logging.ERROR, logger="kv_sidecar.state"):
         for t in range(3):
-            ingest_success(state, scrape, sample_time=t, wall_time=t, duration_s=0.0, window_s=300,
-                           watermark=0.9, extenders=(Broken(),))
+            ingest_success(
+                state,
+                scrape,
+                sample_time=t,
+                wall_time=t,
+                duration_s=0.0,
+                window_s=300,
+                watermark=0.9,
+                extenders=(Broken(),),
+            )
     key = ("models/tiny-llama-gqa-bf16", "0")
     assert state.snapshot.up and state.snapshot.derived[key].free_tokens == 384
     assert state.snapshot.extra[key] == {}

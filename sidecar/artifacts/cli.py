@@ -32,27 +32,49 @@ _OVERRIDES = (
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``rules`` (with the ``render`` action) on the CLI's subparsers."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "rules", help="render the Prometheus alerting/recording rules",
+        "rules",
+        help="render the Prometheus alerting/recording rules",
         description="Render the alert and recording rules from the thresholds: and alerts: config sections "
-                    "(the same file `kv-sidecar run --config.file` reads). Flags win over the file.")
+        "(the same file `kv-sidecar run --config.file` reads). Flags win over the file.",
+    )
     parser.add_argument("action", choices=["render"], help="what to do")
-    parser.add_argument("--config.file", dest="config_file", metavar="FILE", default=None,
-                        help="sidecar configuration YAML; its thresholds: and alerts: sections are used "
-                             "(default: none)")
-    parser.add_argument("--out", default="-", metavar="DIR|-",
-                        help=f"directory to write {RULES_FILE_NAME} (or {PROMETHEUSRULE_FILE_NAME}) into, "
-                             f"atomically; '-' prints to stdout (default: -)")
-    parser.add_argument("--format", choices=list(FORMATS), default="rules",
-                        help="plain Prometheus rule file, or a Kubernetes PrometheusRule (default: rules)")
-    parser.add_argument("--variant", choices=list(VARIANTS), default="default",
-                        help="'fast' shortens every for: to seconds and evaluates every 1s, for end-to-end tests "
-                             "(default: default)")
+    parser.add_argument(
+        "--config.file",
+        dest="config_file",
+        metavar="FILE",
+        default=None,
+        help="sidecar configuration YAML; its thresholds: and alerts: sections are used (default: none)",
+    )
+    parser.add_argument(
+        "--out",
+        default="-",
+        metavar="DIR|-",
+        help=f"directory to write {RULES_FILE_NAME} (or {PROMETHEUSRULE_FILE_NAME}) into, "
+        f"atomically; '-' prints to stdout (default: -)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=list(FORMATS),
+        default="rules",
+        help="plain Prometheus rule file, or a Kubernetes PrometheusRule (default: rules)",
+    )
+    parser.add_argument(
+        "--variant",
+        choices=list(VARIANTS),
+        default="default",
+        help="'fast' shortens every for: to seconds and evaluates every 1s, for end-to-end tests (default: default)",
+    )
     # The same spellings as `kv-sidecar run` (--thresholds.watermark), so one flag means one thing.
     for section, key, metavar, what in _OVERRIDES:
         shown = setting(f"{section}.{key}").default_text()
-        parser.add_argument(f"--{section}.{key.replace('_', '-')}", dest=key, default=None, metavar=metavar,
-                            type=float if section == "thresholds" else str,
-                            help=f"override {section}.{key}{what} (default: from the config, else {shown})")
+        parser.add_argument(
+            f"--{section}.{key.replace('_', '-')}",
+            dest=key,
+            default=None,
+            metavar=metavar,
+            type=float if section == "thresholds" else str,
+            help=f"override {section}.{key}{what} (default: from the config, else {shown})",
+        )
     parser.set_defaults(func=run)
     return parser
 
@@ -82,8 +104,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
-        print(f"kv-sidecar rules: --out: {out_dir} is not a directory (give a directory, or - for stdout)",
-              file=sys.stderr)
+        print(
+            f"kv-sidecar rules: --out: {out_dir} is not a directory (give a directory, or - for stdout)",
+            file=sys.stderr,
+        )
         return 2
     path = out_dir / (RULES_FILE_NAME if args.format == "rules" else PROMETHEUSRULE_FILE_NAME)
     try:

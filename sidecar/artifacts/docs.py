@@ -94,10 +94,13 @@ def configuration_page() -> str:
             "configuration is validated before anything is served and every problem is reported at once, each "
             "naming the field and the fix (the model's shape included: a tensor-parallel size that does not divide "
             "its heads); the exit code is then 2. `kv-sidecar check-config FILE` only validates. Durations are "
-            "written `500ms`, `5s`, `1m30s`, `1h`; sizes `16MiB` (2^20) or `16MB` (10^6)."),
+            "written `500ms`, `5s`, `1m30s`, `1h`; sizes `16MiB` (2^20) or `16MB` (10^6)."
+        ),
         "",
-        *_wrap(f"`{TARGETS_ENV}` (comma-separated URLs) and `{TARGETS_FLAG} URL` (repeatable) replace the whole "
-               f"`targets:` list; without any, the target is `{DEFAULT_TARGET}`."),
+        *_wrap(
+            f"`{TARGETS_ENV}` (comma-separated URLs) and `{TARGETS_FLAG} URL` (repeatable) replace the whole "
+            f"`targets:` list; without any, the target is `{DEFAULT_TARGET}`."
+        ),
     ]
     for section in SECTIONS:
         out += ["", f"## `{section.name}`", "", *_wrap(section.doc), ""]
@@ -118,8 +121,15 @@ def run_flags() -> str:
         if row.flag:
             value = "|".join(row.parse.options) if isinstance(row.parse, Choice) else row.parse.metavar
             flags.append(f"`{row.flag} {value}`")
-    return "\n".join(_wrap("Flags of `kv-sidecar run` (each wins over the file and the environment; `--help` shows "
-                            "every default): " + ", ".join(flags) + ".")) + "\n"
+    return (
+        "\n".join(
+            _wrap(
+                "Flags of `kv-sidecar run` (each wins over the file and the environment; `--help` shows "
+                "every default): " + ", ".join(flags) + "."
+            )
+        )
+        + "\n"
+    )
 
 
 # ----------------------------------------------------------------------------- the example config
@@ -172,8 +182,11 @@ def example_config() -> str:
         "# docs/configuration.md lists them.",
     ]
     for section in SECTIONS:
-        out += ["", *textwrap.wrap(section.doc, width=100, initial_indent="# ", subsequent_indent="# "),
-                f"{section.name}:"]
+        out += [
+            "",
+            *textwrap.wrap(section.doc, width=100, initial_indent="# ", subsequent_indent="# "),
+            f"{section.name}:",
+        ]
         if section.name == "targets":
             required = tuple(r for r in TARGET_SETTINGS if r.required)
             others = tuple(r for r in TARGET_SETTINGS if not r.required)

@@ -33,8 +33,9 @@ _Dumper.add_representer(str, _str_representer)
 
 def dump_yaml(doc: Any) -> str:
     """``doc`` as block-style YAML: keys in insertion order, multi-line strings as ``|`` blocks."""
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1_000_000,
-                     allow_unicode=True)
+    return yaml.dump(
+        doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1_000_000, allow_unicode=True
+    )
 
 
 def dump_json(doc: Any) -> str:

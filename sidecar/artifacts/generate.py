@@ -53,8 +53,11 @@ class Generated:
 
 #: Every generated file the repository commits.
 GENERATED: tuple[Generated, ...] = (
-    Generated("alerts/kvcache.rules.yaml", lambda: render(Thresholds(), RuleParams()),
-              "sidecar/artifacts/rules.py with the default thresholds and alerts"),
+    Generated(
+        "alerts/kvcache.rules.yaml",
+        lambda: render(Thresholds(), RuleParams()),
+        "sidecar/artifacts/rules.py with the default thresholds and alerts",
+    ),
     Generated("docs/metrics.md", metrics_page, "sidecar/metrics.py"),
     Generated("docs/configuration.md", configuration_page, "sidecar/settings.py"),
     Generated("deploy/examples/sidecar.yaml", example_config, "sidecar/settings.py"),

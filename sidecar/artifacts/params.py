@@ -91,49 +91,64 @@ class RuleParams:
     """
 
     sidecar_job: str = _param(
-        _TEXT, "kv-cache-sidecar",
+        _TEXT,
+        "kv-cache-sidecar",
         "the job label Prometheus gives the sidecar (a PodMonitor defaults to <namespace>/<name>: set jobLabel "
-        "or this)")
+        "or this)",
+    )
     runbook_base_url: str = _param(
-        _URL, "https://github.com/kv-cache-sidecar/kv-cache-sidecar/blob/main/docs/runbooks",
-        "runbook_url = this + /<AlertName>.md")
+        _URL,
+        "https://github.com/kv-cache-sidecar/kv-cache-sidecar/blob/main/docs/runbooks",
+        "runbook_url = this + /<AlertName>.md",
+    )
     dashboard_base_url: str = _param(
-        _URL, "https://grafana.example.com", "your Grafana's root URL; dashboard_url = this + /d/<uid>?var-...")
+        _URL, "https://grafana.example.com", "your Grafana's root URL; dashboard_url = this + /d/<uid>?var-..."
+    )
     evaluation_interval: str | None = _param(
-        _DURATION, None, "rule-group evaluation interval (default: Prometheus' global one)", example="30s")
+        _DURATION, None, "rule-group evaluation interval (default: Prometheus' global one)", example="30s"
+    )
     #: vLLM answers /metrics slowly exactly when saturated, and a saturated engine's usage dips
     #: between completions (0.89-1.0 on the real vLLM captures), so a missed scrape or a dip must
     #: not reset ``for:``. The window also lengthens every excursion by up to its own length: at
     #: 1m a 4-minute spike stays short of the 5m page, at 2m it would page.
     gap_window: str = _param(
-        _DURATION, "1m",
+        _DURATION,
+        "1m",
         "max_over_time window under the usage alerts: a missed scrape or a dip does not reset for: "
-        "(it lengthens every excursion by as much)")
+        "(it lengthens every excursion by as much)",
+    )
     warning_for: str = _param(_DURATION, "15m", "KVCacheAlmostFull warning: above thresholds.warning this long")
     critical_for: str = _param(
-        _DURATION, "5m", "KVCacheAlmostFull critical (the page): above thresholds.watermark this long")
+        _DURATION, "5m", "KVCacheAlmostFull critical (the page): above thresholds.watermark this long"
+    )
     full_soon_within: str = _param(_DURATION, "15m", "KVCacheFullSoon: the forecast says full within this ...")
     #: ``bench/forecast.py`` measures lead time and false pages of this choice.
     full_soon_for: str = _param(_DURATION, "2m", "... for this long")
     preemptions_per_second: float = _param(
-        _RATE, 0.0, "KVCachePreemptions: preemption rate over 5m above this (per second) ...")
+        _RATE, 0.0, "KVCachePreemptions: preemption rate over 5m above this (per second) ..."
+    )
     preemptions_for: str = _param(_DURATION, "10m", "... for this long")
     waiting_for: str = _param(
-        _DURATION, "5m", "KVCacheRequestsWaitingForKV: requests wait for capacity above the watermark this long")
+        _DURATION, "5m", "KVCacheRequestsWaitingForKV: requests wait for capacity above the watermark this long"
+    )
     prefix_hit_ratio_low: float = _param(
-        _FRACTION, 0.2, "KVCachePrefixHitRatioLow: namespace/model hit ratio (tokens) below this ...")
+        _FRACTION, 0.2, "KVCachePrefixHitRatioLow: namespace/model hit ratio (tokens) below this ..."
+    )
     prefix_hit_ratio_for: str = _param(_DURATION, "30m", "... for this long")
     capacity_mismatch_tolerance: float = _param(
-        _FRACTION, 0.2, "KVCacheCapacityMismatch: |actual/theoretical - 1| above this (exact budgets only) ...")
+        _FRACTION, 0.2, "KVCacheCapacityMismatch: |actual/theoretical - 1| above this (exact budgets only) ..."
+    )
     capacity_mismatch_for: str = _param(_DURATION, "15m", "... for this long")
     overprovisioned_below: float = _param(
-        _FRACTION, 0.3, "KVCacheOverProvisioned (info): awake-time usage quantile below this ...")
+        _FRACTION, 0.3, "KVCacheOverProvisioned (info): awake-time usage quantile below this ..."
+    )
     overprovisioned_quantile: float = _param(_FRACTION, 0.95, "... the quantile ...")
     overprovisioned_window: str = _param(_DURATION, "1d", "... over this window ...")
     overprovisioned_for: str = _param(_DURATION, "1h", "... for this long")
     #: Longer than vLLM's slowest restart (model loading: 20 s - 10 min).
     scrape_failing_for: str = _param(
-        _DURATION, "15m", "KVCacheSidecarScrapeFailing: failing this long (only after a first good scrape)")
+        _DURATION, "15m", "KVCacheSidecarScrapeFailing: failing this long (only after a first good scrape)"
+    )
     #: As fast as the page it protects (``critical_for``).
     sidecar_down_for: str = _param(_DURATION, "5m", "KVCacheSidecarDown: down or absent this long")
 
@@ -186,11 +201,15 @@ class RuleParams:
             elif kind == _RATE and value < 0:
                 out.append(f"{prefix}.{f.name}: must be 0 or more, got {value!r}")
             elif kind == _TEXT and not re.fullmatch(r"[^\"\\\s]+", value or ""):
-                out.append(f"{prefix}.{f.name}: must be a non-empty job label value without quotes, backslashes "
-                           f"or spaces, got {value!r} (e.g. kv-cache-sidecar)")
+                out.append(
+                    f"{prefix}.{f.name}: must be a non-empty job label value without quotes, backslashes "
+                    f"or spaces, got {value!r} (e.g. kv-cache-sidecar)"
+                )
             elif kind == _URL and (not re.fullmatch(r"https?://[^\s\"{}]+", value or "") or value.endswith("/")):
-                out.append(f"{prefix}.{f.name}: must be an http(s) URL without a trailing slash, got {value!r} "
-                           f"(e.g. https://grafana.example.com)")
+                out.append(
+                    f"{prefix}.{f.name}: must be an http(s) URL without a trailing slash, got {value!r} "
+                    f"(e.g. https://grafana.example.com)"
+                )
         return out
 
     def fast(self) -> RuleParams:

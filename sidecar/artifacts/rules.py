@@ -66,8 +66,10 @@ ALERT_NAMES = (
 
 # Where an engine-level alert happened, readable with or without Kubernetes
 # labels: "llama (engine 0) on llm/vllm-0" or "… on 10.0.0.7:9437".
-_WHERE_ENGINE = ("{{ $labels.model_name }} (engine {{ $labels.engine }}) on "
-                 "{{ with $labels.namespace }}{{ . }}/{{ end }}{{ or $labels.pod $labels.instance }}")
+_WHERE_ENGINE = (
+    "{{ $labels.model_name }} (engine {{ $labels.engine }}) on "
+    "{{ with $labels.namespace }}{{ . }}/{{ end }}{{ or $labels.pod $labels.instance }}"
+)
 _WHERE_MODEL = "{{ $labels.model_name }}{{ with $labels.namespace }} in namespace {{ . }}{{ end }}"
 _WHERE_SIDECAR = "{{ with $labels.namespace }}{{ . }}/{{ end }}{{ or $labels.pod $labels.instance }}"
 
@@ -94,8 +96,18 @@ def _dashboard_url(params: RuleParams, uid: str, *, pod: bool = False) -> str:
     return f"{params.dashboard_base_url}/d/{uid}?{query}"
 
 
-def _alert(params: RuleParams, name: str, expr: str, severity: str, summary: str, description: str,
-           *, for_: str | None, dashboard_uid: str, dashboard_pod: bool = True) -> dict[str, Any]:
+def _alert(
+    params: RuleParams,
+    name: str,
+    expr: str,
+    severity: str,
+    summary: str,
+    description: str,
+    *,
+    for_: str | None,
+    dashboard_uid: str,
+    dashboard_pod: bool = True,
+) -> dict[str, Any]:
     rule: dict[str, Any] = {"alert": name, "expr": expr}
     if for_:
         rule["for"] = for_
@@ -131,27 +143,32 @@ def recording_rules() -> list[dict[str, str]]:
         agg("avg", "kvcache_usage_ratio"),
         # Token-weighted usage of the whole namespace/model: used + free is
         # each engine's usable capacity (capacity minus the null block).
-        {"record": "namespace_model:kvcache_used_per_usable_tokens:ratio",
-         "expr": f"sum {by} (kvcache_used_tokens)\n/\n"
-                 f"(sum {by} (kvcache_used_tokens) + sum {by} (kvcache_free_tokens))"},
+        {
+            "record": "namespace_model:kvcache_used_per_usable_tokens:ratio",
+            "expr": f"sum {by} (kvcache_used_tokens)\n/\n"
+            f"(sum {by} (kvcache_used_tokens) + sum {by} (kvcache_free_tokens))",
+        },
         agg("sum", "kvcache_capacity_tokens"),
         agg("sum", "kvcache_used_tokens"),
         agg("sum", "kvcache_free_tokens"),
         agg("sum", "kvcache_demand_tokens"),
         agg("min", "kvcache_time_until_full_seconds"),
         agg("sum", "kvcache_requests_running"),
-        {"record": "namespace_model_reason:kvcache_requests_waiting:sum",
-         "expr": "sum by (namespace, model_name, reason) (kvcache_requests_waiting)"},
+        {
+            "record": "namespace_model_reason:kvcache_requests_waiting:sum",
+            "expr": "sum by (namespace, model_name, reason) (kvcache_requests_waiting)",
+        },
         rate5m("kvcache_preemptions_total"),
         rate5m("kvcache_prefix_cache_queries_tokens_total"),
         rate5m("kvcache_prefix_cache_hits_tokens_total"),
-        {"record": "namespace_model:kvcache_prefix_cache_hits_per_queries_tokens:ratio_rate5m",
-         "expr": f"sum {by} (rate(kvcache_prefix_cache_hits_tokens_total[5m]))\n/\n"
-                 f"sum {by} (rate(kvcache_prefix_cache_queries_tokens_total[5m]))"},
+        {
+            "record": "namespace_model:kvcache_prefix_cache_hits_per_queries_tokens:ratio_rate5m",
+            "expr": f"sum {by} (rate(kvcache_prefix_cache_hits_tokens_total[5m]))\n/\n"
+            f"sum {by} (rate(kvcache_prefix_cache_queries_tokens_total[5m]))",
+        },
         # Usage only while the engine is awake: a sleeping engine reads 0 and
         # would drag the over-provisioning quantile down.
-        {"record": "engine:kvcache_usage_ratio:awake",
-         "expr": "kvcache_usage_ratio unless kvcache_engine_asleep == 1"},
+        {"record": "engine:kvcache_usage_ratio:awake", "expr": "kvcache_usage_ratio unless kvcache_engine_asleep == 1"},
     ]
 
 
@@ -162,96 +179,190 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
     ov, cap = DASHBOARD_OVERVIEW_UID, DASHBOARD_CAPACITY_UID
 
     capacity = [
-        _alert(p, "KVCacheAlmostFull", f"{usage_peak} > {_num(th.warning)}", "warning",
-               f"KV cache usage is above {_pct(th.warning)}.",
-               _fill("KV cache of ${where} has been above ${thr} for ${for_} (peak of the last ${gap}: "
-                     "{{ $value | humanizePercentage }}). At ${page} for ${page_for} this pages.",
-                     where=_WHERE_ENGINE, thr=_pct(th.warning), for_=p.warning_for, gap=p.gap_window,
-                     page=_pct(th.watermark), page_for=p.critical_for),
-               for_=p.warning_for, dashboard_uid=ov),
-        _alert(p, "KVCacheAlmostFull", f"{usage_peak} > {_num(th.watermark)}", "critical",
-               f"KV cache usage is above the {_pct(th.watermark)} paging watermark.",
-               _fill("KV cache of ${where} has been above the ${thr} watermark for ${for_} (peak of the last "
-                     "${gap}: {{ $value | humanizePercentage }}). New requests queue and running ones are "
-                     "preempted once it is full.",
-                     where=_WHERE_ENGINE, thr=_pct(th.watermark), for_=p.critical_for, gap=p.gap_window),
-               for_=p.critical_for, dashboard_uid=ov),
-        _alert(p, "KVCacheFullSoon", f"kvcache_time_until_full_seconds < {_num(full_within_s)}", "critical",
-               f"KV cache is forecast to be full within {p.full_soon_within}.",
-               _fill("At the current fill rate the KV cache of ${where} is full in "
-                     "{{ $value | humanizeDuration }} (forecast below ${within} for ${for_}).",
-                     where=_WHERE_ENGINE, within=p.full_soon_within, for_=p.full_soon_for),
-               for_=p.full_soon_for, dashboard_uid=cap),
-        _alert(p, "KVCachePreemptions", f"rate(kvcache_preemptions_total[5m]) > {_num(p.preemptions_per_second)}",
-               "warning", "vLLM keeps preempting requests for lack of KV cache.",
-               _fill("${where} has preempted requests for ${for_} ({{ $value | printf \"%.2f\" }} preemptions/s "
-                     "over 5m): each preemption throws away a request's KV and recomputes it.",
-                     where=_WHERE_ENGINE, for_=p.preemptions_for),
-               for_=p.preemptions_for, dashboard_uid=ov),
+        _alert(
+            p,
+            "KVCacheAlmostFull",
+            f"{usage_peak} > {_num(th.warning)}",
+            "warning",
+            f"KV cache usage is above {_pct(th.warning)}.",
+            _fill(
+                "KV cache of ${where} has been above ${thr} for ${for_} (peak of the last ${gap}: "
+                "{{ $value | humanizePercentage }}). At ${page} for ${page_for} this pages.",
+                where=_WHERE_ENGINE,
+                thr=_pct(th.warning),
+                for_=p.warning_for,
+                gap=p.gap_window,
+                page=_pct(th.watermark),
+                page_for=p.critical_for,
+            ),
+            for_=p.warning_for,
+            dashboard_uid=ov,
+        ),
+        _alert(
+            p,
+            "KVCacheAlmostFull",
+            f"{usage_peak} > {_num(th.watermark)}",
+            "critical",
+            f"KV cache usage is above the {_pct(th.watermark)} paging watermark.",
+            _fill(
+                "KV cache of ${where} has been above the ${thr} watermark for ${for_} (peak of the last "
+                "${gap}: {{ $value | humanizePercentage }}). New requests queue and running ones are "
+                "preempted once it is full.",
+                where=_WHERE_ENGINE,
+                thr=_pct(th.watermark),
+                for_=p.critical_for,
+                gap=p.gap_window,
+            ),
+            for_=p.critical_for,
+            dashboard_uid=ov,
+        ),
+        _alert(
+            p,
+            "KVCacheFullSoon",
+            f"kvcache_time_until_full_seconds < {_num(full_within_s)}",
+            "critical",
+            f"KV cache is forecast to be full within {p.full_soon_within}.",
+            _fill(
+                "At the current fill rate the KV cache of ${where} is full in "
+                "{{ $value | humanizeDuration }} (forecast below ${within} for ${for_}).",
+                where=_WHERE_ENGINE,
+                within=p.full_soon_within,
+                for_=p.full_soon_for,
+            ),
+            for_=p.full_soon_for,
+            dashboard_uid=cap,
+        ),
+        _alert(
+            p,
+            "KVCachePreemptions",
+            f"rate(kvcache_preemptions_total[5m]) > {_num(p.preemptions_per_second)}",
+            "warning",
+            "vLLM keeps preempting requests for lack of KV cache.",
+            _fill(
+                '${where} has preempted requests for ${for_} ({{ $value | printf "%.2f" }} preemptions/s '
+                "over 5m): each preemption throws away a request's KV and recomputes it.",
+                where=_WHERE_ENGINE,
+                for_=p.preemptions_for,
+            ),
+            for_=p.preemptions_for,
+            dashboard_uid=ov,
+        ),
         # Waiting alone is also caused by max_num_seqs or the per-step token
         # budget (seen on real vLLM at usage < 0.4): only waiting *while the
         # cache is above the watermark* is KV pressure. reason="all" is what
         # the sidecar exports for vLLM versions without the reason breakdown.
-        _alert(p, "KVCacheRequestsWaitingForKV",
-               f'max_over_time(kvcache_requests_waiting{{reason=~"capacity|all"}}[{p.gap_window}]) > 0\n'
-               f"and ignoring (reason)\n"
-               f"{usage_peak} > {_num(th.watermark)}",
-               "warning", "Requests are queued because the KV cache is full.",
-               _fill("{{ $value | humanize }} requests of ${where} have waited for scheduler capacity "
-                     "(reason {{ $labels.reason }}) while the KV cache was above ${thr}, for ${for_}.",
-                     where=_WHERE_ENGINE, thr=_pct(th.watermark), for_=p.waiting_for),
-               for_=p.waiting_for, dashboard_uid=ov),
-        _alert(p, "KVCachePrefixHitRatioLow",
-               "namespace_model:kvcache_prefix_cache_hits_per_queries_tokens:ratio_rate5m"
-               f" < {_num(p.prefix_hit_ratio_low)}",
-               "warning", f"Prefix cache hit ratio is below {_pct(p.prefix_hit_ratio_low)}.",
-               _fill("Only {{ $value | humanizePercentage }} of the prompt tokens of ${where} were found in "
-                     "the prefix cache over 5m, for ${for_}.",
-                     where=_WHERE_MODEL, for_=p.prefix_hit_ratio_for),
-               for_=p.prefix_hit_ratio_for, dashboard_uid=ov, dashboard_pod=False),
-        _alert(p, "KVCacheCapacityMismatch",
-               f'abs(kvcache_capacity_efficiency_ratio{{budget="exact"}} - 1) > {_num(p.capacity_mismatch_tolerance)}',
-               "warning", "Actual KV capacity differs from the model's theoretical capacity.",
-               _fill("vLLM's KV capacity for ${where} is off from what its configured KV memory should hold by "
-                     "{{ $value | humanizePercentage }} (tolerance ${tol}): the served configuration is not the "
-                     "one the sidecar was told.",
-                     where=_WHERE_ENGINE, tol=_pct(p.capacity_mismatch_tolerance)),
-               for_=p.capacity_mismatch_for, dashboard_uid=cap),
-        _alert(p, "KVCacheOverProvisioned",
-               f"quantile_over_time({_num(p.overprovisioned_quantile)}, engine:kvcache_usage_ratio:awake"
-               f"[{p.overprovisioned_window}]) < {_num(p.overprovisioned_below)}\n"
-               # only engines that have existed for the whole window
-               f"and present_over_time(kvcache_usage_ratio[1h] offset "
-               f"{_window_minus_1h(p.overprovisioned_window)})\n"
-               f"unless kvcache_engine_asleep == 1",
-               "info", "KV cache is over-provisioned.",
-               _fill("p${q} of the awake-time KV usage of ${where} over ${window} is "
-                     "{{ $value | humanizePercentage }}, below ${below}: memory could go to a smaller "
-                     "gpu_memory_utilization or fewer replicas.",
-                     where=_WHERE_ENGINE, q=f"{round(p.overprovisioned_quantile * 100, 2):g}",
-                     window=p.overprovisioned_window, below=_pct(p.overprovisioned_below)),
-               for_=p.overprovisioned_for, dashboard_uid=cap),
+        _alert(
+            p,
+            "KVCacheRequestsWaitingForKV",
+            f'max_over_time(kvcache_requests_waiting{{reason=~"capacity|all"}}[{p.gap_window}]) > 0\n'
+            f"and ignoring (reason)\n"
+            f"{usage_peak} > {_num(th.watermark)}",
+            "warning",
+            "Requests are queued because the KV cache is full.",
+            _fill(
+                "{{ $value | humanize }} requests of ${where} have waited for scheduler capacity "
+                "(reason {{ $labels.reason }}) while the KV cache was above ${thr}, for ${for_}.",
+                where=_WHERE_ENGINE,
+                thr=_pct(th.watermark),
+                for_=p.waiting_for,
+            ),
+            for_=p.waiting_for,
+            dashboard_uid=ov,
+        ),
+        _alert(
+            p,
+            "KVCachePrefixHitRatioLow",
+            "namespace_model:kvcache_prefix_cache_hits_per_queries_tokens:ratio_rate5m"
+            f" < {_num(p.prefix_hit_ratio_low)}",
+            "warning",
+            f"Prefix cache hit ratio is below {_pct(p.prefix_hit_ratio_low)}.",
+            _fill(
+                "Only {{ $value | humanizePercentage }} of the prompt tokens of ${where} were found in "
+                "the prefix cache over 5m, for ${for_}.",
+                where=_WHERE_MODEL,
+                for_=p.prefix_hit_ratio_for,
+            ),
+            for_=p.prefix_hit_ratio_for,
+            dashboard_uid=ov,
+            dashboard_pod=False,
+        ),
+        _alert(
+            p,
+            "KVCacheCapacityMismatch",
+            f'abs(kvcache_capacity_efficiency_ratio{{budget="exact"}} - 1) > {_num(p.capacity_mismatch_tolerance)}',
+            "warning",
+            "Actual KV capacity differs from the model's theoretical capacity.",
+            _fill(
+                "vLLM's KV capacity for ${where} is off from what its configured KV memory should hold by "
+                "{{ $value | humanizePercentage }} (tolerance ${tol}): the served configuration is not the "
+                "one the sidecar was told.",
+                where=_WHERE_ENGINE,
+                tol=_pct(p.capacity_mismatch_tolerance),
+            ),
+            for_=p.capacity_mismatch_for,
+            dashboard_uid=cap,
+        ),
+        _alert(
+            p,
+            "KVCacheOverProvisioned",
+            f"quantile_over_time({_num(p.overprovisioned_quantile)}, engine:kvcache_usage_ratio:awake"
+            f"[{p.overprovisioned_window}]) < {_num(p.overprovisioned_below)}\n"
+            # only engines that have existed for the whole window
+            f"and present_over_time(kvcache_usage_ratio[1h] offset "
+            f"{_window_minus_1h(p.overprovisioned_window)})\n"
+            f"unless kvcache_engine_asleep == 1",
+            "info",
+            "KV cache is over-provisioned.",
+            _fill(
+                "p${q} of the awake-time KV usage of ${where} over ${window} is "
+                "{{ $value | humanizePercentage }}, below ${below}: memory could go to a smaller "
+                "gpu_memory_utilization or fewer replicas.",
+                where=_WHERE_ENGINE,
+                q=f"{round(p.overprovisioned_quantile * 100, 2):g}",
+                window=p.overprovisioned_window,
+                below=_pct(p.overprovisioned_below),
+            ),
+            for_=p.overprovisioned_for,
+            dashboard_uid=cap,
+        ),
     ]
 
     job = f'job="{p.sidecar_job}"'
     sidecar = [
         # last_success is absent until the first successful scrape, so a
         # model that is still loading (20 s - 10 min) cannot fire this.
-        _alert(p, "KVCacheSidecarScrapeFailing",
-               "kvcache_sidecar_target_up == 0\nand\nkvcache_sidecar_last_success_timestamp_seconds",
-               "warning", "The KV-cache sidecar cannot read vLLM's metrics.",
-               _fill("Sidecar ${where} has failed to scrape its target {{ $labels.target }} for ${for_}; "
-                     "its KV gauges, and the alerts on them, are going stale.",
-                     where=_WHERE_SIDECAR, for_=p.scrape_failing_for),
-               for_=p.scrape_failing_for, dashboard_uid=ov),
+        _alert(
+            p,
+            "KVCacheSidecarScrapeFailing",
+            "kvcache_sidecar_target_up == 0\nand\nkvcache_sidecar_last_success_timestamp_seconds",
+            "warning",
+            "The KV-cache sidecar cannot read vLLM's metrics.",
+            _fill(
+                "Sidecar ${where} has failed to scrape its target {{ $labels.target }} for ${for_}; "
+                "its KV gauges, and the alerts on them, are going stale.",
+                where=_WHERE_SIDECAR,
+                for_=p.scrape_failing_for,
+            ),
+            for_=p.scrape_failing_for,
+            dashboard_uid=ov,
+        ),
         # critical: with the sidecar gone the KVCacheAlmostFull page cannot fire.
-        _alert(p, "KVCacheSidecarDown", f"up{{{job}}} == 0\nor\nabsent(up{{{job}}})", "critical",
-               "The KV-cache sidecar is down; KV-cache pages cannot fire.",
-               _fill("{{ with $labels.instance }}Prometheus has failed to scrape the sidecar at {{ . }}"
-                     "{{ else }}No target of job ${job} is known to Prometheus{{ end }} for ${for_}, so "
-                     "KV-cache alerts for it are blind.",
-                     job=p.sidecar_job, for_=p.sidecar_down_for),
-               for_=p.sidecar_down_for, dashboard_uid=ov),
+        _alert(
+            p,
+            "KVCacheSidecarDown",
+            f"up{{{job}}} == 0\nor\nabsent(up{{{job}}})",
+            "critical",
+            "The KV-cache sidecar is down; KV-cache pages cannot fire.",
+            _fill(
+                "{{ with $labels.instance }}Prometheus has failed to scrape the sidecar at {{ . }}"
+                "{{ else }}No target of job ${job} is known to Prometheus{{ end }} for ${for_}, so "
+                "KV-cache alerts for it are blind.",
+                job=p.sidecar_job,
+                for_=p.sidecar_down_for,
+            ),
+            for_=p.sidecar_down_for,
+            dashboard_uid=ov,
+        ),
     ]
     return capacity, sidecar
 

@@ -123,8 +123,15 @@ def usable_concurrency(
     version: str | tuple[int, ...] | None = None,
 ) -> int:
     """Whole requests of ``request_tokens`` that fit once the null block is taken out."""
-    return int(max_concurrency(layout, max(0, num_blocks - 1), request_tokens,
-                               max_num_batched_tokens=max_num_batched_tokens, version=version))
+    return int(
+        max_concurrency(
+            layout,
+            max(0, num_blocks - 1),
+            request_tokens,
+            max_num_batched_tokens=max_num_batched_tokens,
+            version=version,
+        )
+    )
 
 
 def logged_capacity_tokens(

@@ -37,26 +37,39 @@ MiB = 1 << 20
 #: start-up lines "Free memory on device (x/TOTAL GiB)" and PyTorch's OOM
 #: message "TOTAL GiB total capacity" quoted in public logs; see docs/capacity.md.
 GPU_TOTAL_GIB: dict[str, float] = {
-    "H100-80GB": 79.19,   # vLLM logs "Free memory on device (78.66/79.19 GiB)" on H100 80GB
+    "H100-80GB": 79.19,  # vLLM logs "Free memory on device (78.66/79.19 GiB)" on H100 80GB
     "H200-141GB": 139.72,  # vLLM issue #23192 "Free memory on device (7.34/139.72 GiB)"
-    "A100-80GB": 79.15,   # PyTorch OOM "79.15 GiB total capacity" on A100 80GB
-    "A100-40GB": 39.39,   # vLLM "Free memory on device cuda:0 (3.71/39.39 GiB)"
-    "L4": 22.05,          # vLLM CI (L4) in pytorch/pytorch#175666 "(19.77/22.05 GiB)"
-    "A10G": 22.19,        # PyTorch OOM "22.19 GiB total capacity" on AWS A10G
-    "RTX-4090": 23.65,    # PyTorch OOM message "23.65 GiB total capacity" (a 24 GB card)
-    "RTX-3090": 23.69,    # PyTorch OOM "23.69 GiB total capacity"
-    "T4": 14.75,          # PyTorch OOM "14.75 GiB total capacity" (Colab T4)
-    "V100-16GB": 15.77,   # PyTorch OOM "15.77 GiB total capacity"
-    "V100-32GB": 31.74,   # PyTorch OOM "31.74 GiB total capacity"
+    "A100-80GB": 79.15,  # PyTorch OOM "79.15 GiB total capacity" on A100 80GB
+    "A100-40GB": 39.39,  # vLLM "Free memory on device cuda:0 (3.71/39.39 GiB)"
+    "L4": 22.05,  # vLLM CI (L4) in pytorch/pytorch#175666 "(19.77/22.05 GiB)"
+    "A10G": 22.19,  # PyTorch OOM "22.19 GiB total capacity" on AWS A10G
+    "RTX-4090": 23.65,  # PyTorch OOM message "23.65 GiB total capacity" (a 24 GB card)
+    "RTX-3090": 23.69,  # PyTorch OOM "23.69 GiB total capacity"
+    "T4": 14.75,  # PyTorch OOM "14.75 GiB total capacity" (Colab T4)
+    "V100-16GB": 15.77,  # PyTorch OOM "15.77 GiB total capacity"
+    "V100-32GB": 31.74,  # PyTorch OOM "31.74 GiB total capacity"
 }
 
 _GPU_ALIASES: dict[str, str] = {
-    "H100": "H100-80GB", "H100-SXM": "H100-80GB", "H100-PCIE": "H100-80GB", "H100-SXM-80GB": "H100-80GB",
-    "H100-PCIE-80GB": "H100-80GB", "H100-80G": "H100-80GB",
-    "H200": "H200-141GB", "A100": "A100-80GB", "A100-SXM4-80GB": "A100-80GB", "A100-80G": "A100-80GB",
-    "A100-SXM4-40GB": "A100-40GB", "A100-40G": "A100-40GB", "4090": "RTX-4090", "RTX4090": "RTX-4090",
-    "3090": "RTX-3090", "RTX3090": "RTX-3090", "V100": "V100-16GB",
+    "H100": "H100-80GB",
+    "H100-SXM": "H100-80GB",
+    "H100-PCIE": "H100-80GB",
+    "H100-SXM-80GB": "H100-80GB",
+    "H100-PCIE-80GB": "H100-80GB",
+    "H100-80G": "H100-80GB",
+    "H200": "H200-141GB",
+    "A100": "A100-80GB",
+    "A100-SXM4-80GB": "A100-80GB",
+    "A100-80G": "A100-80GB",
+    "A100-SXM4-40GB": "A100-40GB",
+    "A100-40G": "A100-40GB",
+    "4090": "RTX-4090",
+    "RTX4090": "RTX-4090",
+    "3090": "RTX-3090",
+    "RTX3090": "RTX-3090",
+    "V100": "V100-16GB",
 }
+
 
 def gpu_memory_bytes(name: str) -> int | None:
     """Total memory of a known GPU name (``H100-80GB``, ``a100 40gb``...), else None."""
@@ -82,8 +95,7 @@ def parse_memory(text: str, name: str = "--gpu-memory") -> int:
     except ValueError:
         names = ", ".join(GPU_TOTAL_GIB)
         raise CapacityError(
-            f"{name}: {raw!r} is not a size or a known GPU"
-            f" (write 80GiB, 80GB = 80×10^9 bytes, or one of: {names})"
+            f"{name}: {raw!r} is not a size or a known GPU (write 80GiB, 80GB = 80×10^9 bytes, or one of: {names})"
         ) from None
     if value <= 0:
         raise CapacityError(f"{name}: {raw!r} must be more than 0")
@@ -96,9 +108,15 @@ def parse_memory(text: str, name: str = "--gpu-memory") -> int:
 #: int4 AWQ/GPTQ with group 128 = 4 + 16-bit scale (+ zero) per 128 ≈ 4.25;
 #: mxfp4 = 4 + one 8-bit scale per 32 = 4.25 (OCP MX spec).
 _QUANT_BITS: dict[str, float] = {
-    "fp8": 8.0, "fbgemm_fp8": 8.0, "compressed-tensors-fp8": 8.0,
-    "awq": 4.25, "awq_marlin": 4.25, "gptq": 4.25, "gptq_marlin": 4.25,
-    "mxfp4": 4.25, "bitsandbytes": 4.5,
+    "fp8": 8.0,
+    "fbgemm_fp8": 8.0,
+    "compressed-tensors-fp8": 8.0,
+    "awq": 4.25,
+    "awq_marlin": 4.25,
+    "gptq": 4.25,
+    "gptq_marlin": 4.25,
+    "mxfp4": 4.25,
+    "bitsandbytes": 4.5,
 }
 
 
@@ -210,6 +228,7 @@ def weights_bytes(spec: ModelSpec, *, tp: int = 1, pp: int = 1, dtype: str | Non
 
 
 # --------------------------------------------------------- other memory terms
+
 
 def activation_estimate_bytes(
     spec: ModelSpec, layout: KVLayout, max_num_batched_tokens: int, max_num_seqs: int = 256
@@ -323,8 +342,11 @@ def estimate_budget(
     util = check_utilization(gpu_memory_utilization)
     requested = int(gpu_memory_bytes * util)
     w = weights_bytes(spec, tp=layout.tp, pp=layout.pp, dtype=layout.served_dtype) if weights is None else weights
-    act = (activation_estimate_bytes(spec, layout, max_num_batched_tokens)
-           if activation_bytes is None else activation_bytes)
+    act = (
+        activation_estimate_bytes(spec, layout, max_num_batched_tokens)
+        if activation_bytes is None
+        else activation_bytes
+    )
     nt = non_torch_estimate_bytes(layout) if non_torch_bytes is None else non_torch_bytes
     if cudagraph_bytes is None:
         v = parse_version(vllm_version)

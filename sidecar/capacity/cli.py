@@ -51,33 +51,78 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     a = p.add_argument
     a("--model-config", required=True, metavar="PATH", help="config.json, or a model directory holding it")
     a("--gpu-memory", metavar="SIZE|GPU", help="per-GPU memory: 80GiB, 80GB (10^9) or a GPU name such as H100-80GB")
-    a("--gpu-memory-utilization", default=DEFAULT_UTILIZATION, metavar="FRACTION",
-      help="fraction of the GPU's TOTAL memory vLLM may use (default: %(default)s)")
-    a("--tensor-parallel-size", "-tp", "--tp", dest="tensor_parallel_size", default="1", metavar="N",
-      help="tensor parallel size (default: %(default)s)")
-    a("--pipeline-parallel-size", "-pp", "--pp", dest="pipeline_parallel_size", default="1", metavar="N",
-      help="pipeline parallel size (default: %(default)s)")
-    a("--dtype", default="auto", metavar="DTYPE",
-      help=f"weights dtype, one of {', '.join(SERVED_DTYPES)}"
-      " (default: auto = config dtype, float32 served as bfloat16)")
-    a("--kv-cache-dtype", default="auto", metavar="DTYPE",
-      help=f"KV cache dtype, one of {', '.join(KV_CACHE_DTYPES)} (default: %(default)s = the served dtype)")
+    a(
+        "--gpu-memory-utilization",
+        default=DEFAULT_UTILIZATION,
+        metavar="FRACTION",
+        help="fraction of the GPU's TOTAL memory vLLM may use (default: %(default)s)",
+    )
+    a(
+        "--tensor-parallel-size",
+        "-tp",
+        "--tp",
+        dest="tensor_parallel_size",
+        default="1",
+        metavar="N",
+        help="tensor parallel size (default: %(default)s)",
+    )
+    a(
+        "--pipeline-parallel-size",
+        "-pp",
+        "--pp",
+        dest="pipeline_parallel_size",
+        default="1",
+        metavar="N",
+        help="pipeline parallel size (default: %(default)s)",
+    )
+    a(
+        "--dtype",
+        default="auto",
+        metavar="DTYPE",
+        help=f"weights dtype, one of {', '.join(SERVED_DTYPES)}"
+        " (default: auto = config dtype, float32 served as bfloat16)",
+    )
+    a(
+        "--kv-cache-dtype",
+        default="auto",
+        metavar="DTYPE",
+        help=f"KV cache dtype, one of {', '.join(KV_CACHE_DTYPES)} (default: %(default)s = the served dtype)",
+    )
     a("--block-size", metavar="N", help="tokens per block (default: 16 on GPU, 64 for MLA models, 128 on CPU)")
     a("--max-model-len", metavar="N", help="max tokens per request (default: the model's max_position_embeddings)")
-    a("--max-num-batched-tokens", default=str(DEFAULT_MAX_NUM_BATCHED_TOKENS), metavar="N",
-      help="per-step token budget; sets activation memory and sliding-window caps (default: %(default)s)")
+    a(
+        "--max-num-batched-tokens",
+        default=str(DEFAULT_MAX_NUM_BATCHED_TOKENS),
+        metavar="N",
+        help="per-step token budget; sets activation memory and sliding-window caps (default: %(default)s)",
+    )
     a("--kv-cache-memory-bytes", metavar="SIZE", help="KV budget per GPU (vLLM then ignores the utilization)")
-    a("--weights-memory", metavar="SIZE",
-      help="measured weights per GPU (vLLM's \"Model loading took X GiB\"), instead of the estimate"
-      " from config.json (the sidecar's model.weights_memory)")
-    a("--context-lengths", metavar="N,N,...",
-      help="context lengths for the tables (default: " + ",".join(map(str, DEFAULT_CONTEXTS))
-      + ", up to max_model_len)")
-    a("--concurrency", default=DEFAULT_CONCURRENCY, metavar="N,N,...",
-      help="concurrent requests for the tables (default: %(default)s)")
+    a(
+        "--weights-memory",
+        metavar="SIZE",
+        help='measured weights per GPU (vLLM\'s "Model loading took X GiB"), instead of the estimate'
+        " from config.json (the sidecar's model.weights_memory)",
+    )
+    a(
+        "--context-lengths",
+        metavar="N,N,...",
+        help="context lengths for the tables (default: "
+        + ",".join(map(str, DEFAULT_CONTEXTS))
+        + ", up to max_model_len)",
+    )
+    a(
+        "--concurrency",
+        default=DEFAULT_CONCURRENCY,
+        metavar="N,N,...",
+        help="concurrent requests for the tables (default: %(default)s)",
+    )
     a("--format", default="table", choices=sorted(RENDERERS), help="output format (default: %(default)s)")
-    a("--device", default="cuda", choices=("cuda", "cpu"),
-      help="vLLM platform: block size and hybrid rules (default: %(default)s)")
+    a(
+        "--device",
+        default="cuda",
+        choices=("cuda", "cpu"),
+        help="vLLM platform: block size and hybrid rules (default: %(default)s)",
+    )
     a("--vllm-version", metavar="X.Y.Z", help="apply this vLLM version's counting rules (default: the newest)")
     p.set_defaults(func=run)
     return p
@@ -162,18 +207,28 @@ def report_text(args: argparse.Namespace) -> str:
     version = args.vllm_version
     parse_version(version)
     layout = kv_layout(
-        spec, tp=tp, pp=pp, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
-        block_size=_optional_int(args.block_size, "--block-size"), device=args.device,
-        max_model_len=max_model_len, max_num_batched_tokens=mbt,
+        spec,
+        tp=tp,
+        pp=pp,
+        dtype=args.dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
+        block_size=_optional_int(args.block_size, "--block-size"),
+        device=args.device,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=mbt,
     )
     if contexts is None:
         contexts = default_context_lengths(layout.max_model_len)
     too_long = [c for c in contexts if c > layout.max_model_len]
     if too_long:
-        fix = ("lower it, or raise --max-model-len up to the model's max_position_embeddings"
-               if max_model_len is not None else "lower it: that is the model's own limit")
+        fix = (
+            "lower it, or raise --max-model-len up to the model's max_position_embeddings"
+            if max_model_len is not None
+            else "lower it: that is the model's own limit"
+        )
         raise CapacityError(
-            f"--context-lengths: {too_long[0]:,} is above max_model_len {layout.max_model_len:,} ({fix})")
+            f"--context-lengths: {too_long[0]:,} is above max_model_len {layout.max_model_len:,} ({fix})"
+        )
     if args.weights_memory is not None:
         weights = _memory_flag(args.weights_memory, "--weights-memory")
     else:
@@ -184,12 +239,23 @@ def report_text(args: argparse.Namespace) -> str:
         budget = exact_budget(_memory_flag(args.kv_cache_memory_bytes, "--kv-cache-memory-bytes"))
     elif gpu_memory is not None:
         budget = estimate_budget(
-            spec, layout, gpu_memory_bytes=gpu_memory, gpu_memory_utilization=utilization,
-            max_num_batched_tokens=mbt, vllm_version=version, weights=weights,
+            spec,
+            layout,
+            gpu_memory_bytes=gpu_memory,
+            gpu_memory_utilization=utilization,
+            max_num_batched_tokens=mbt,
+            vllm_version=version,
+            weights=weights,
         )
     report = build_report(
-        spec, layout, weights=weights, context_lengths=contexts, concurrency=concurrency,
-        budget=budget, vllm_version=version, gpu_memory_bytes=gpu_memory,
+        spec,
+        layout,
+        weights=weights,
+        context_lengths=contexts,
+        concurrency=concurrency,
+        budget=budget,
+        vllm_version=version,
+        gpu_memory_bytes=gpu_memory,
         weights_given=args.weights_memory is not None,
     )
     return RENDERERS[args.format](report)

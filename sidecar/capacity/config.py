@@ -245,7 +245,8 @@ def spec_from_dict(
                 " (give vLLM's measured --kv-cache-memory-bytes and read the blocks from its log instead)"
             )
     layers = _positive_int(
-        text, ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+        text,
+        ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
         "the number of transformer layers; multimodal configs keep it in text_config",
     )
     heads = _positive_int(text, ("num_attention_heads", "n_head", "num_heads"), "the number of attention heads")

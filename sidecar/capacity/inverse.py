@@ -80,10 +80,16 @@ def required_utilization(
     the target does not fit on this GPU at any utilization.
     """
     base: Budget = estimate_budget(
-        spec, layout, gpu_memory_bytes=gpu_memory_bytes, gpu_memory_utilization=1.0,
-        max_num_batched_tokens=max_num_batched_tokens, vllm_version=vllm_version,
-        activation_bytes=activation_bytes, non_torch_bytes=non_torch_bytes,
-        cudagraph_bytes=cudagraph_bytes, weights=weights,
+        spec,
+        layout,
+        gpu_memory_bytes=gpu_memory_bytes,
+        gpu_memory_utilization=1.0,
+        max_num_batched_tokens=max_num_batched_tokens,
+        vllm_version=vllm_version,
+        activation_bytes=activation_bytes,
+        non_torch_bytes=non_torch_bytes,
+        cudagraph_bytes=cudagraph_bytes,
+        weights=weights,
     )
     non_kv = base.weights_bytes + base.activation_bytes + base.non_torch_bytes + base.cudagraph_bytes
     return (required_kv_cache_memory_bytes(layout, **target) + non_kv) / gpu_memory_bytes

@@ -191,7 +191,7 @@ def _group_layers(kinds: tuple[LayerKV, ...]) -> tuple[KVGroup, ...]:
     for i, layer in enumerate(kinds):
         buckets.setdefault((layer.kind, layer.window), []).append(i)
     if len(buckets) == 1:
-        ((kind, window), layers), = buckets.items()
+        (((kind, window), layers),) = buckets.items()
         return (KVGroup(kind, window, tuple(layers)),)
     sizes = [len(v) for v in buckets.values()]
     group_size = min(sizes)
@@ -266,8 +266,9 @@ def _limiting_stage(num_layers: int, pp: int, groups: tuple[KVGroup, ...]) -> tu
     return stages[limiting], per_stage[limiting]
 
 
-def request_blocks(kind: str, window: int | None, request_tokens: int, block_size: int,
-                   max_num_batched_tokens: int) -> int:
+def request_blocks(
+    kind: str, window: int | None, request_tokens: int, block_size: int, max_num_batched_tokens: int
+) -> int:
     """Blocks one request of ``request_tokens`` holds in one layer of ``kind``.
 
     ``max_memory_usage_bytes / page`` per spec (``kv_cache_interface.py``):

@@ -51,9 +51,15 @@ def build_report(
             }
             if gpu_memory_bytes:
                 row["required_gpu_memory_utilization"] = required_utilization(
-                    spec, layout, gpu_memory_bytes=gpu_memory_bytes, vllm_version=vllm_version,
+                    spec,
+                    layout,
+                    gpu_memory_bytes=gpu_memory_bytes,
+                    vllm_version=vllm_version,
                     max_num_batched_tokens=layout.max_num_batched_tokens,
-                    weights=weights, concurrency=n, request_tokens=ctx, **(overrides or {}),
+                    weights=weights,
+                    concurrency=n,
+                    request_tokens=ctx,
+                    **(overrides or {}),
                 )
             rows.append(row)
     out: dict[str, Any] = {
@@ -84,8 +90,9 @@ def build_report(
         "bytes_per_token_all_layers": layout.bytes_per_token_all_layers,
         "per_request_state_bytes": layout.per_request_state_bytes,
         "weights_bytes": weights,
-        "weights_source": ("given" if weights_given else
-                           "safetensors-index" if spec.safetensors_total_bytes else "config-shapes"),
+        "weights_source": (
+            "given" if weights_given else "safetensors-index" if spec.safetensors_total_bytes else "config-shapes"
+        ),
         "inflection_context_length": inflection_context_length(layout, weights) if weights else None,
         "kv_memory": rows,
         "vllm_version": vllm_version or "latest",
@@ -201,8 +208,11 @@ def render_table(r: dict[str, Any]) -> str:
             lines.append(f"{ctx:>10,}" + "".join(f"{u:>10.3f}" for u in needed))
     lines += [""] + _budget_lines(r)
     if "concurrency_by_context" in r:
-        lines += ["", f"{'context':>10}{'max concurrency':>18}{'usable':>9}"
-                  "   (vLLM's count; usable = whole requests after the null block)"]
+        lines += [
+            "",
+            f"{'context':>10}{'max concurrency':>18}{'usable':>9}"
+            "   (vLLM's count; usable = whole requests after the null block)",
+        ]
         for c in r["concurrency_by_context"]:
             lines.append(f"{c['context_tokens']:>10,}{c['max_concurrency']:>17.2f}x{c['usable_concurrency']:>9,}")
     return "\n".join(lines) + "\n"
@@ -226,5 +236,7 @@ def render_markdown(r: dict[str, Any]) -> str:
 
 
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
-    "table": render_table, "markdown": render_markdown, "json": lambda r: render_json(r) + "\n",
+    "table": render_table,
+    "markdown": render_markdown,
+    "json": lambda r: render_json(r) + "\n",
 }

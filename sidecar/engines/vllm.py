@@ -37,8 +37,16 @@ KIND = "vllm"
 
 #: The Observation fields each table fills (mypy checks every row against them).
 ScalarField = Literal[
-    "usage_ratio", "prefix_cache_queries_tokens", "prefix_cache_hits_tokens", "prefix_cache_hit_rate_gauge",
-    "preemptions", "requests_running", "requests_waiting", "requests_swapped", "prompt_tokens", "generation_tokens",
+    "usage_ratio",
+    "prefix_cache_queries_tokens",
+    "prefix_cache_hits_tokens",
+    "prefix_cache_hit_rate_gauge",
+    "preemptions",
+    "requests_running",
+    "requests_waiting",
+    "requests_swapped",
+    "prompt_tokens",
+    "generation_tokens",
 ]
 LabelField = Literal["requests_waiting_by_reason", "sleep_state"]
 HistogramField = Literal["prompt_length", "generation_length"]
@@ -48,8 +56,7 @@ Fold = Literal["max", "sum"]
 #: The first name present wins; the others are the same quantity under an older name.
 SCALARS: dict[ScalarField, tuple[Fold, tuple[str, ...]]] = {
     "usage_ratio": ("max", ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")),
-    "prefix_cache_queries_tokens": ("sum", ("vllm:prefix_cache_queries_total",
-                                            "vllm:gpu_prefix_cache_queries_total")),
+    "prefix_cache_queries_tokens": ("sum", ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")),
     "prefix_cache_hits_tokens": ("sum", ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")),
     "prefix_cache_hit_rate_gauge": ("max", ("vllm:gpu_prefix_cache_hit_rate",)),
     "preemptions": ("sum", ("vllm:num_preemptions_total",)),
@@ -157,9 +164,12 @@ def normalise(samples: Iterable[_Sample]) -> EngineScrape | None:
     _read_histograms(by_name, fields)
     # No fields (e.g. an engine still starting, only the info gauge): no per-model state yet.
     observations = [
-        Observation(model_name=model_name, engine=engine,
-                    cache_config=cache_configs.get(engine, cache_configs.get("0", {})),
-                    **fields[(model_name, engine)])
+        Observation(
+            model_name=model_name,
+            engine=engine,
+            cache_config=cache_configs.get(engine, cache_configs.get("0", {})),
+            **fields[(model_name, engine)],
+        )
         for model_name, engine in sorted(fields)
     ]
     return EngineScrape(KIND, detect_generation(set(by_name), cache_configs.values()), tuple(observations))

@@ -34,8 +34,9 @@ REASONS: dict[str, str] = {
     "peak_below_target": "the peak is below target_usage - lower_margin: memory can be given back",
     "shortfall_fp8_covers": "even the upper bound cannot hold the peak at target, but an fp8 KV cache there can",
     "shortfall_at_upper_bound": "even the upper bound (with fp8 if available) cannot hold the peak at target",
-    "max_model_len_blocks_lowering":
-        "the peak would allow a smaller pool, but one max_model_len request must still fit",
+    "max_model_len_blocks_lowering": (
+        "the peak would allow a smaller pool, but one max_model_len request must still fit"
+    ),
 }
 
 MEMORY_MODES = ("gpu_memory_utilization", "kv_cache_memory_bytes")
@@ -102,8 +103,9 @@ def recommend(
         return Recommendation("none", "insufficient_data")
     setting = "gpu_memory_utilization" if memory_mode == "gpu_memory_utilization" else "kv_cache_memory_bytes"
     peak_usage = peak_demand_tokens / (capacity_tokens - block_size)
-    wanted = required_capacity_tokens(peak_demand_tokens=peak_demand_tokens, target_usage=target_usage,
-                                      block_size=block_size)
+    wanted = required_capacity_tokens(
+        peak_demand_tokens=peak_demand_tokens, target_usage=target_usage, block_size=block_size
+    )
 
     if peak_usage > target_usage + raise_margin:
         if max_capacity_tokens is None or wanted <= max_capacity_tokens:

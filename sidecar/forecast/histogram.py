@@ -26,7 +26,7 @@ class HistogramSnapshot:
         """Build from any sequence of ``(le, cumulative)``, sorted by ``le``."""
         ordered = tuple(sorted((float(le), float(c)) for le, c in buckets))
         if not ordered or ordered[-1][0] != math.inf:
-            raise ValueError("buckets: the highest bucket must be le=\"+Inf\" (Prometheus histogram exposition)")
+            raise ValueError('buckets: the highest bucket must be le="+Inf" (Prometheus histogram exposition)')
         return cls(ordered, float(sum), float(count))
 
 

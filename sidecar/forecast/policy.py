@@ -124,8 +124,9 @@ class _Memory:
 _NO_MEMORY = _Memory()  # nothing to suggest: the inputs for the memory setting are missing
 
 
-def advise(*, peak_demand_tokens: float, watched_s: float, pool: Pool, model: ServedModel | None,
-           settings: Settings) -> Advice:
+def advise(
+    *, peak_demand_tokens: float, watched_s: float, pool: Pool, model: ServedModel | None, settings: Settings
+) -> Advice:
     """Suggested memory setting, shortfall, replicas, levers and the top recommendation.
 
     ``peak_demand_tokens`` is the largest demand of the peak window; ``watched_s`` how long
@@ -142,19 +143,30 @@ def advise(*, peak_demand_tokens: float, watched_s: float, pool: Pool, model: Se
     levers: dict[str, float] = {}
     c_max = memory.max_capacity_tokens
     if c_max is not None:
-        missing = capacity_shortfall_tokens(peak_demand_tokens=peak, target_usage=settings.target_usage,
-                                            max_capacity_tokens=c_max, block_size=bs)
+        missing = capacity_shortfall_tokens(
+            peak_demand_tokens=peak, target_usage=settings.target_usage, max_capacity_tokens=c_max, block_size=bs
+        )
         if missing > 0 and c_max > bs:
             shortfall = missing
-            replicas = suggested_replicas(peak_demand_tokens=peak, target_usage=settings.target_usage,
-                                          capacity_per_replica_tokens=c_max, block_size=bs)
+            replicas = suggested_replicas(
+                peak_demand_tokens=peak,
+                target_usage=settings.target_usage,
+                capacity_per_replica_tokens=c_max,
+                block_size=bs,
+            )
             levers = _levers(c_max, bs, pool, model)
 
-    rec = recommend(asleep=False, peak_demand_tokens=peak, capacity_tokens=c0, block_size=bs,
-                    target_usage=settings.target_usage, max_capacity_tokens=c_max,
-                    memory_mode="kv_cache_memory_bytes" if pool.kv_cache_memory_bytes else "gpu_memory_utilization",
-                    kv_dtype_bytes=model.kv_dtype_bytes if model is not None else None,
-                    max_model_len=pool.max_model_len)
+    rec = recommend(
+        asleep=False,
+        peak_demand_tokens=peak,
+        capacity_tokens=c0,
+        block_size=bs,
+        target_usage=settings.target_usage,
+        max_capacity_tokens=c_max,
+        memory_mode="kv_cache_memory_bytes" if pool.kv_cache_memory_bytes else "gpu_memory_utilization",
+        kv_dtype_bytes=model.kv_dtype_bytes if model is not None else None,
+        max_model_len=pool.max_model_len,
+    )
     utilization, kv_bytes = memory.utilization, memory.kv_cache_memory_bytes
     if watched_s < settings.peak_window_s:  # warming up: nothing that lowers memory yet
         if rec.action.startswith("lower_"):
@@ -164,12 +176,19 @@ def advise(*, peak_demand_tokens: float, watched_s: float, pool: Pool, model: Se
             utilization = None
         if kv_bytes is not None and pool.kv_cache_memory_bytes and kv_bytes < pool.kv_cache_memory_bytes:
             kv_bytes = None
-    return Advice(rec, suggested_gpu_memory_utilization=utilization, suggested_kv_cache_memory_bytes=kv_bytes,
-                  capacity_shortfall_tokens=shortfall, suggested_replicas=replicas, lever_capacity_tokens=levers)
+    return Advice(
+        rec,
+        suggested_gpu_memory_utilization=utilization,
+        suggested_kv_cache_memory_bytes=kv_bytes,
+        capacity_shortfall_tokens=shortfall,
+        suggested_replicas=replicas,
+        lever_capacity_tokens=levers,
+    )
 
 
-def _memory(peak: float, c0: float, bs: int, bpt: float | None, pool: Pool, model: ServedModel | None,
-            settings: Settings) -> _Memory:
+def _memory(
+    peak: float, c0: float, bs: int, bpt: float | None, pool: Pool, model: ServedModel | None, settings: Settings
+) -> _Memory:
     """The setting that sizes vLLM's pool, at which the peak would sit at target, and ``C_max``."""
     target, hi = settings.target_usage, settings.utilization_max
     kv_bytes, u0, max_len = pool.kv_cache_memory_bytes, pool.gpu_memory_utilization, pool.max_model_len
@@ -182,8 +201,14 @@ def _memory(peak: float, c0: float, bs: int, bpt: float | None, pool: Pool, mode
         max_bytes = None
         if model is not None and model.gpu_memory_bytes:
             max_bytes = max(kv_bytes, model.gpu_memory_bytes * hi - model.non_kv_bytes().total)
-        suggested = suggest_kv_cache_memory_bytes(peak_demand_tokens=peak, target_usage=target, bytes_per_token=bpt,
-                                                  block_size=bs, max_model_len=max_len, max_bytes=max_bytes)
+        suggested = suggest_kv_cache_memory_bytes(
+            peak_demand_tokens=peak,
+            target_usage=target,
+            bytes_per_token=bpt,
+            block_size=bs,
+            max_model_len=max_len,
+            max_bytes=max_bytes,
+        )
         # whole blocks, as vLLM sizes the pool (num_blocks = ⌊bytes ÷ page⌋, get_num_blocks in
         # vllm/v1/core/kv_cache_utils.py)
         c_max = None if max_bytes is None else math.floor(max_bytes / (bs * bpt)) * bs
@@ -193,11 +218,21 @@ def _memory(peak: float, c0: float, bs: int, bpt: float | None, pool: Pool, mode
     memory, basis = _gpu_memory(model, c0, bpt, u0)
     if not memory:
         return _NO_MEMORY
-    u = suggest_gpu_memory_utilization(u0=u0, capacity_tokens=c0, peak_demand_tokens=peak, target_usage=target,
-                                       bytes_per_token=bpt, gpu_memory_bytes=memory, block_size=bs,
-                                       max_model_len=max_len, lo=settings.utilization_min, hi=hi)
-    c_max = capacity_at_utilization(u=hi, u0=u0, capacity_tokens=c0, bytes_per_token=bpt, gpu_memory_bytes=memory,
-                                    block_size=bs)
+    u = suggest_gpu_memory_utilization(
+        u0=u0,
+        capacity_tokens=c0,
+        peak_demand_tokens=peak,
+        target_usage=target,
+        bytes_per_token=bpt,
+        gpu_memory_bytes=memory,
+        block_size=bs,
+        max_model_len=max_len,
+        lo=settings.utilization_min,
+        hi=hi,
+    )
+    c_max = capacity_at_utilization(
+        u=hi, u0=u0, capacity_tokens=c0, bytes_per_token=bpt, gpu_memory_bytes=memory, block_size=bs
+    )
     return _Memory(utilization=(basis, u), max_capacity_tokens=c_max)
 
 
@@ -206,27 +241,39 @@ def _gpu_memory(model: ServedModel, c0: float, bpt: float, u0: float) -> tuple[f
     if model.gpu_memory_bytes:
         return float(model.gpu_memory_bytes), "configured"
     non_kv = model.non_kv_bytes()
-    return infer_gpu_memory(capacity_tokens=c0, bytes_per_token=bpt, weights_bytes=non_kv.weights,
-                            activation_bytes=non_kv.activation, non_torch_bytes=non_kv.non_torch, u0=u0,
-                            cudagraph_bytes=non_kv.cudagraph), "inferred"
+    return infer_gpu_memory(
+        capacity_tokens=c0,
+        bytes_per_token=bpt,
+        weights_bytes=non_kv.weights,
+        activation_bytes=non_kv.activation,
+        non_torch_bytes=non_kv.non_torch,
+        u0=u0,
+        cudagraph_bytes=non_kv.cudagraph,
+    ), "inferred"
 
 
 def _levers(c_max: float, bs: int, pool: Pool, model: ServedModel | None) -> dict[str, float]:
     """Capacity each cheaper lever would give the largest pool, when it applies."""
     levers: dict[str, float] = {}
     if model is not None and model.kv_dtype_bytes > 1:
-        levers["fp8_kv_cache"] = capacity_with_kv_dtype(capacity_tokens=c_max, kv_dtype_bytes=model.kv_dtype_bytes,
-                                                        block_size=bs)
+        levers["fp8_kv_cache"] = capacity_with_kv_dtype(
+            capacity_tokens=c_max, kv_dtype_bytes=model.kv_dtype_bytes, block_size=bs
+        )
     if model is not None and model.kv_heads > 1 and model.attention != "mla":
         levers["half_kv_heads"] = capacity_with_kv_heads(
-            capacity_tokens=c_max, kv_heads=model.kv_heads, new_kv_heads=max(1, model.kv_heads // 2),
-            tensor_parallel=model.tensor_parallel, block_size=bs)
+            capacity_tokens=c_max,
+            kv_heads=model.kv_heads,
+            new_kv_heads=max(1, model.kv_heads // 2),
+            tensor_parallel=model.tensor_parallel,
+            block_size=bs,
+        )
     running = pool.requests_running
     if running and running >= 1:
         # the longest max_model_len at which today's running requests all fit at full length;
         # a lever only when it is below the current one (lowering is the lever)
-        shorter = max_model_len_for_concurrency(usable_blocks=max(0, int(c_max // bs) - 1), block_size=bs,
-                                                concurrency=int(running))
+        shorter = max_model_len_for_concurrency(
+            usable_blocks=max(0, int(c_max // bs) - 1), block_size=bs, concurrency=int(running)
+        )
         if pool.max_model_len is None or shorter < pool.max_model_len:
             levers["max_model_len"] = shorter
     return levers

@@ -84,8 +84,11 @@ def capacity_at_utilization(
     floored to whole blocks as ``num_blocks = ⌊available ÷ page ÷ layers⌋`` (``get_num_blocks``):
     ``⌊(C0 × bpt + (u − u0) × M) ÷ (bs × bpt)⌋ × bs``, at least 0.
     """
-    for name, v in (("bytes_per_token", bytes_per_token), ("gpu_memory_bytes", gpu_memory_bytes),
-                    ("block_size", block_size)):
+    for name, v in (
+        ("bytes_per_token", bytes_per_token),
+        ("gpu_memory_bytes", gpu_memory_bytes),
+        ("block_size", block_size),
+    ):
         _positive(name, v)
     kv_bytes = capacity_tokens * bytes_per_token + (u - u0) * gpu_memory_bytes
     return max(0, math.floor(kv_bytes / (block_size * bytes_per_token) + 1e-9)) * block_size
@@ -121,8 +124,9 @@ def suggest_gpu_memory_utilization(
     _positive("gpu_memory_bytes", gpu_memory_bytes)
     if not 0.0 < lo <= hi <= 1.0:
         raise ValueError(f"lo/hi: need 0 < lo <= hi <= 1, got lo={lo!r} hi={hi!r}")
-    wanted = required_capacity_tokens(peak_demand_tokens=peak_demand_tokens, target_usage=target_usage,
-                                      block_size=block_size)
+    wanted = required_capacity_tokens(
+        peak_demand_tokens=peak_demand_tokens, target_usage=target_usage, block_size=block_size
+    )
     if max_model_len:
         wanted = max(wanted, min_capacity_tokens_for_max_model_len(max_model_len=max_model_len, block_size=block_size))
     u_star = u0 + (wanted - capacity_tokens) * bytes_per_token / gpu_memory_bytes
@@ -148,8 +152,9 @@ def infer_gpu_memory(
     """
     _fraction("u0", u0)
     _positive("bytes_per_token", bytes_per_token)
-    return (capacity_tokens * bytes_per_token + weights_bytes + activation_bytes + non_torch_bytes
-            + cudagraph_bytes) / u0
+    return (
+        capacity_tokens * bytes_per_token + weights_bytes + activation_bytes + non_torch_bytes + cudagraph_bytes
+    ) / u0
 
 
 def suggest_kv_cache_memory_bytes(
@@ -172,8 +177,9 @@ def suggest_kv_cache_memory_bytes(
     ``max_bytes`` (what the device can give) caps it.
     """
     _positive("bytes_per_token", bytes_per_token)
-    wanted = required_capacity_tokens(peak_demand_tokens=peak_demand_tokens, target_usage=target_usage,
-                                      block_size=block_size)
+    wanted = required_capacity_tokens(
+        peak_demand_tokens=peak_demand_tokens, target_usage=target_usage, block_size=block_size
+    )
     if max_model_len:
         wanted = max(wanted, min_capacity_tokens_for_max_model_len(max_model_len=max_model_len, block_size=block_size))
     need = int(round(wanted * bytes_per_token))
@@ -183,8 +189,9 @@ def suggest_kv_cache_memory_bytes(
     return need
 
 
-def capacity_shortfall_tokens(*, peak_demand_tokens: float, target_usage: float, max_capacity_tokens: float,
-                              block_size: int) -> int:
+def capacity_shortfall_tokens(
+    *, peak_demand_tokens: float, target_usage: float, max_capacity_tokens: float, block_size: int
+) -> int:
     """Tokens the largest allowed pool lacks to hold the peak at target: ``max(0, C* − C_max)``.
 
     ``C_max`` is :func:`capacity_at_utilization` at the upper bound ``hi`` (or the
@@ -192,13 +199,18 @@ def capacity_shortfall_tokens(*, peak_demand_tokens: float, target_usage: float,
     The gauge ``kvcache_capacity_shortfall_tokens``; vLLM's pool cannot grow past
     ``C_max`` on this GPU (the budget formula, docs/capacity.md "The budget").
     """
-    wanted = required_capacity_tokens(peak_demand_tokens=peak_demand_tokens, target_usage=target_usage,
-                                      block_size=block_size)
+    wanted = required_capacity_tokens(
+        peak_demand_tokens=peak_demand_tokens, target_usage=target_usage, block_size=block_size
+    )
     return max(0, int(math.ceil(wanted - max_capacity_tokens)))
 
 
 def suggested_replicas(
-    *, peak_demand_tokens: float, target_usage: float, capacity_per_replica_tokens: float, block_size: int,
+    *,
+    peak_demand_tokens: float,
+    target_usage: float,
+    capacity_per_replica_tokens: float,
+    block_size: int,
     current_replicas: int = 1,
 ) -> int:
     """Replicas so that the peak of all of them sits at ``target_usage`` of each: ``⌈n × peak ÷ (target × usable)⌉``.
@@ -220,8 +232,9 @@ def suggested_replicas(
 # --- the cheaper levers, as numbers ----------------------------------------------------------
 
 
-def capacity_with_kv_dtype(*, capacity_tokens: float, kv_dtype_bytes: float, new_kv_dtype_bytes: float = 1,
-                           block_size: int) -> int:
+def capacity_with_kv_dtype(
+    *, capacity_tokens: float, kv_dtype_bytes: float, new_kv_dtype_bytes: float = 1, block_size: int
+) -> int:
     """Capacity after changing the KV dtype (e.g. ``--kv-cache-dtype fp8``): ``× old_bytes ÷ new_bytes``.
 
     The page is ``2 × bs × kv_heads × head_size × dtype_bytes`` (``AttentionSpec``
@@ -235,8 +248,9 @@ def capacity_with_kv_dtype(*, capacity_tokens: float, kv_dtype_bytes: float, new
     return blocks * block_size
 
 
-def capacity_with_kv_heads(*, capacity_tokens: float, kv_heads: int, new_kv_heads: int, tensor_parallel: int = 1,
-                           block_size: int) -> int:
+def capacity_with_kv_heads(
+    *, capacity_tokens: float, kv_heads: int, new_kv_heads: int, tensor_parallel: int = 1, block_size: int
+) -> int:
     """Capacity with a model that has fewer KV heads: ``× kvh_rank ÷ kvh_rank'``.
 
     Per rank ``kv_heads_rank = max(1, kv_heads ÷ tp)`` (``ModelConfig.get_num_kv_heads``,

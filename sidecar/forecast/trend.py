@@ -31,12 +31,7 @@ def theil_sen_slope(points: Sequence[tuple[float, float]]) -> float | None:
     ~29 % of arbitrary outliers, no parameter to tune. ``None`` when no two
     points have different timestamps.
     """
-    slopes = [
-        (y2 - y1) / (t2 - t1)
-        for i, (t1, y1) in enumerate(points)
-        for t2, y2 in points[i + 1:]
-        if t2 > t1
-    ]
+    slopes = [(y2 - y1) / (t2 - t1) for i, (t1, y1) in enumerate(points) for t2, y2 in points[i + 1 :] if t2 > t1]
     return statistics.median(slopes) if slopes else None
 
 
@@ -168,7 +163,7 @@ def kendall_tau(points: Sequence[tuple[float, float]]) -> float:
     """
     pairs = s = 0
     for i, (t1, y1) in enumerate(points):
-        for t2, y2 in points[i + 1:]:
+        for t2, y2 in points[i + 1 :]:
             if t2 == t1:
                 continue
             pairs += 1
@@ -184,8 +179,14 @@ def kendall_tau(points: Sequence[tuple[float, float]]) -> float:
 MIN_TREND_TAU = 0.73
 
 
-def envelope_level(samples: Sequence[tuple[float, float]], rate: float, at: float, *,
-                   segments: int = DEFAULT_SEGMENTS, segment_s: float | None = None) -> float | None:
+def envelope_level(
+    samples: Sequence[tuple[float, float]],
+    rate: float,
+    at: float,
+    *,
+    segments: int = DEFAULT_SEGMENTS,
+    segment_s: float | None = None,
+) -> float | None:
     """Where the upper envelope's trend line stands at time ``at``: the level the demand's peaks reach now.
 
     Theil–Sen's intercept (Sen 1968): the median of ``y_i + rate × (at − t_i)``
@@ -213,9 +214,16 @@ class Trend:
     level: float
 
 
-def trend_over(points: Sequence[tuple[float, float]], now: float, window_s: float, *, min_samples: int = 5,
-               min_span_s: float = 10.0, segments: int = DEFAULT_SEGMENTS,
-               segment_s: float | None = None) -> Trend | None:
+def trend_over(
+    points: Sequence[tuple[float, float]],
+    now: float,
+    window_s: float,
+    *,
+    min_samples: int = 5,
+    min_span_s: float = 10.0,
+    segments: int = DEFAULT_SEGMENTS,
+    segment_s: float | None = None,
+) -> Trend | None:
     """:func:`fill_rate` and :func:`envelope_level` over the samples of ``[now − window_s, now]``.
 
     ``points`` are the demand samples since the last restart, sorted by time and
@@ -230,8 +238,9 @@ def trend_over(points: Sequence[tuple[float, float]], now: float, window_s: floa
     return None if level is None else Trend(window_s, rate, level)
 
 
-def earliest_full(trends: Iterable[Trend | None], *, demand: float, free_tokens: float, headroom_tokens: float,
-                  block_size: int) -> tuple[Trend | None, float | None, float | None]:
+def earliest_full(
+    trends: Iterable[Trend | None], *, demand: float, free_tokens: float, headroom_tokens: float, block_size: int
+) -> tuple[Trend | None, float | None, float | None]:
     """The trend that runs the cache out first, with its time until full and until the watermark.
 
     One window cannot serve every ramp. The peaks of a ramp over 10-90 minutes
@@ -255,8 +264,10 @@ def earliest_full(trends: Iterable[Trend | None], *, demand: float, free_tokens:
     is already full (0) (:func:`time_until`).
     """
     best: tuple[Trend | None, float | None, float | None] = (
-        None, time_until(free_tokens, None, block_size=block_size),
-        time_until(headroom_tokens, None, block_size=block_size))
+        None,
+        time_until(free_tokens, None, block_size=block_size),
+        time_until(headroom_tokens, None, block_size=block_size),
+    )
     for tr in trends:
         if tr is None:
             continue

@@ -32,7 +32,11 @@ def build_extenders(config: Config) -> tuple[Extender, ...]:
     Raises ConfigError for an unusable model section.
     """
     capacity = CapacityLayer(config.model) if config.model.config else None
-    forecast = ForecastLayer(config.forecast, watermark=config.thresholds.watermark,
-                             target_usage=config.thresholds.target_usage,
-                             derive_window_s=config.derive_window_s, capacity=capacity)
+    forecast = ForecastLayer(
+        config.forecast,
+        watermark=config.thresholds.watermark,
+        target_usage=config.thresholds.target_usage,
+        derive_window_s=config.derive_window_s,
+        capacity=capacity,
+    )
     return tuple(x for x in (capacity, forecast) if x is not None)

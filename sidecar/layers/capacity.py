@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .. import capacity as cap
-from ..config import ConfigError, ModelSettings
+from ..config import ConfigError, ModelSettings, as_config_problem
 from ..derive import Derived
 from ..forecast.policy import NonKVBytes
 from ..observation import Observation
@@ -25,19 +25,6 @@ log = logging.getLogger("kv_sidecar.layers")
 
 #: cache_dtype label values that mean a 1-byte KV cache (vllm/config/cache.py CacheDType).
 _FP8 = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
-
-#: The capacity model's errors name the calculator's flags; the sidecar's fields are these.
-_FIELD_OF_FLAG = {"--model-config": "model.config", "--tensor-parallel-size": "model.tensor_parallel_size",
-                  "--pipeline-parallel-size": "model.pipeline_parallel_size", "--dtype": "model.dtype",
-                  "--gpu-memory": "model.gpu_memory"}
-
-
-def _as_config_field(message: str) -> str:
-    """A capacity-model error with the flag it starts with replaced by the sidecar's config field."""
-    flag, sep, rest = message.partition(": ")
-    if sep and flag in _FIELD_OF_FLAG:
-        return f"{_FIELD_OF_FLAG[flag]}: {rest}"
-    return f"model: {message}"
 
 
 @dataclass(frozen=True)
@@ -63,11 +50,12 @@ class CapacityLayer:
         try:
             self.spec = cap.load_model(settings.config)
             # Validate TP/PP/dtype now, so a bad combination exits 2 before serving (vLLM refuses it too).
-            cap.kv_layout(self.spec, tp=settings.tensor_parallel_size, pp=settings.pipeline_parallel_size,
-                          dtype=settings.dtype)
+            cap.kv_layout(
+                self.spec, tp=settings.tensor_parallel_size, pp=settings.pipeline_parallel_size, dtype=settings.dtype
+            )
             self.gpu_memory = None if settings.gpu_memory is None else cap.parse_memory(settings.gpu_memory)
         except cap.CapacityError as e:
-            raise ConfigError([_as_config_field(str(e))]) from None
+            raise ConfigError([as_config_problem(e)]) from None
         self._layouts: dict[tuple[int | None, str, int | None], cap.KVLayout] = {}
         #: warnings already logged: ("estimate", engine) and (engine key, budget)
         self._warned: set[tuple[object, str]] = set()
@@ -81,9 +69,14 @@ class CapacityLayer:
         key = (block_size, kv_dtype, max_len)
         if key not in self._layouts:
             self._layouts[key] = cap.kv_layout(
-                self.spec, tp=self.settings.tensor_parallel_size, pp=self.settings.pipeline_parallel_size,
-                dtype=self.settings.dtype, kv_cache_dtype=kv_dtype if kv_dtype in _FP8 + ("auto",) else "auto",
-                block_size=block_size, max_model_len=max_len)
+                self.spec,
+                tp=self.settings.tensor_parallel_size,
+                pp=self.settings.pipeline_parallel_size,
+                dtype=self.settings.dtype,
+                kv_cache_dtype=kv_dtype if kv_dtype in _FP8 + ("auto",) else "auto",
+                block_size=block_size,
+                max_model_len=max_len,
+            )
         return self._layouts[key]
 
     def theory(self, obs: Observation) -> Theory | None:
@@ -105,17 +98,26 @@ class CapacityLayer:
         if self.gpu_memory and util and not kv_bytes:
             try:
                 m = self.settings
-                budget = cap.estimate_budget(self.spec, layout, gpu_memory_bytes=self.gpu_memory,
-                                             gpu_memory_utilization=util, weights=m.weights_memory,
-                                             activation_bytes=m.activation_memory,
-                                             non_torch_bytes=m.non_torch_memory, cudagraph_bytes=m.cudagraph_memory)
+                budget = cap.estimate_budget(
+                    self.spec,
+                    layout,
+                    gpu_memory_bytes=self.gpu_memory,
+                    gpu_memory_utilization=util,
+                    weights=m.weights_memory,
+                    activation_bytes=m.activation_memory,
+                    non_torch_bytes=m.non_torch_memory,
+                    cudagraph_bytes=m.cudagraph_memory,
+                )
                 estimated = self._tokens(layout, budget.kv_budget_bytes, max_len)
             except cap.CapacityError as e:  # e.g. the weights alone exceed the budget: no estimate, said once
                 budget, estimated = None, None
                 if ("estimate", obs.engine) not in self._warned:
                     self._warned.add(("estimate", obs.engine))
-                    log.warning("no estimated capacity engine=%s: %s (check model.gpu_memory and the "
-                                "model.*_memory overrides)", obs.engine, e)
+                    log.warning(
+                        "no estimated capacity engine=%s: %s (check model.gpu_memory and the model.*_memory overrides)",
+                        obs.engine,
+                        e,
+                    )
         return Theory(layout, exact, estimated, budget)
 
     def non_kv_bytes(self, layout: cap.KVLayout) -> NonKVBytes:
@@ -123,10 +125,16 @@ class CapacityLayer:
         overrides, else the capacity model's estimates (docs/capacity.md, "The budget"; CUDA graphs
         only when given)."""
         spec, m = self.spec, self.settings
-        weights = m.weights_memory if m.weights_memory is not None else cap.weights_bytes(
-            spec, tp=layout.tp, pp=layout.pp, dtype=layout.served_dtype)
-        activation = m.activation_memory if m.activation_memory is not None else cap.activation_estimate_bytes(
-            spec, layout, layout.max_num_batched_tokens)
+        weights = (
+            m.weights_memory
+            if m.weights_memory is not None
+            else cap.weights_bytes(spec, tp=layout.tp, pp=layout.pp, dtype=layout.served_dtype)
+        )
+        activation = (
+            m.activation_memory
+            if m.activation_memory is not None
+            else cap.activation_estimate_bytes(spec, layout, layout.max_num_batched_tokens)
+        )
         non_torch = m.non_torch_memory if m.non_torch_memory is not None else cap.non_torch_estimate_bytes(layout)
         return NonKVBytes(float(weights), float(activation), float(non_torch), float(m.cudagraph_memory or 0))
 
@@ -152,8 +160,9 @@ class CapacityLayer:
         layout = th.layout
         out: dict[str, object] = {
             "kvcache_theoretical_bytes_per_token": layout.bytes_per_token,
-            "kvcache_model_info": {(layout.architecture, layout.attention, layout.kv_dtype, str(layout.tp),
-                                    str(layout.pp)): 1.0},
+            "kvcache_model_info": {
+                (layout.architecture, layout.attention, layout.kv_dtype, str(layout.tp), str(layout.pp)): 1.0
+            },
         }
         theoretical: dict[tuple[str, ...], float] = {}
         efficiency: dict[tuple[str, ...], float] = {}
@@ -180,5 +189,11 @@ class CapacityLayer:
             "actual=%d theoretical=%d ratio=%.3f likely causes: served dtype differs from model.dtype "
             "(float32 downcast to bfloat16), tensor/pipeline parallel sizes differ from model.*, hybrid "
             "(sliding-window or mamba) layers, CUDA-graph memory (vLLM >= 0.21 budgets it), speculative-decoding "
-            "draft layers sharing the pool, or --num-gpu-blocks-override", key[1], key[2], budget, actual,
-            theoretical, actual / theoretical)
+            "draft layers sharing the pool, or --num-gpu-blocks-override",
+            key[1],
+            key[2],
+            budget,
+            actual,
+            theoretical,
+            actual / theoretical,
+        )

@@ -35,16 +35,27 @@ def _p95(old: fc.HistogramSnapshot | None, new: fc.HistogramSnapshot) -> float |
 class ForecastLayer:
     """Demand, fill rate, time until full, concurrency at real lengths, advice (docs/forecast.md)."""
 
-    def __init__(self, settings: ForecastSettings, *, watermark: float, target_usage: float, derive_window_s: float,
-                 capacity: CapacityLayer | None):
+    def __init__(
+        self,
+        settings: ForecastSettings,
+        *,
+        watermark: float,
+        target_usage: float,
+        derive_window_s: float,
+        capacity: CapacityLayer | None,
+    ):
         """``watermark``, ``target_usage``: the ``thresholds:`` section; ``derive_window_s``: ``derive.window``
         (the request lengths are read over it); ``capacity``: the capacity layer, when ``model.config`` is set."""
         self.settings = settings
         self.watermark = watermark
         self.derive_window_s = derive_window_s
         self.capacity = capacity
-        self.policy = Settings(target_usage=target_usage, utilization_min=settings.utilization_min,
-                               utilization_max=settings.utilization_max, peak_window_s=settings.peak_window_s)
+        self.policy = Settings(
+            target_usage=target_usage,
+            utilization_min=settings.utilization_min,
+            utilization_max=settings.utilization_max,
+            peak_window_s=settings.peak_window_s,
+        )
         #: per engine: (t, demand tokens) over the longest trend window (forecast.long_windows), the trend's samples
         self._demand: dict[TargetModelEngine, deque[tuple[float, float]]] = {}
         #: per engine: the running maximum of demand over forecast.peak_window, as a monotonic queue
@@ -76,9 +87,14 @@ class ForecastLayer:
         # No request finished within derive.window (a saturated cache can stall them): the last known
         # length still prices the waiting requests, so the demand does not drop while the queue stands.
         waiting_capacity = d.requests_waiting.get("capacity", d.requests_waiting.get("all", 0.0))
-        demand = fc.demand_tokens(used_tokens=d.used_tokens, usage_ratio=d.usage_ratio or 0.0,
-                                  watermark=self.watermark, waiting_capacity_requests=waiting_capacity,
-                                  mean_request_tokens=self._per_request.get(key), block_size=bs)
+        demand = fc.demand_tokens(
+            used_tokens=d.used_tokens,
+            usage_ratio=d.usage_ratio or 0.0,
+            watermark=self.watermark,
+            waiting_capacity_requests=waiting_capacity,
+            mean_request_tokens=self._per_request.get(key),
+            block_size=bs,
+        )
         out["kvcache_demand_tokens"] = demand
         series = self._record(key, now, demand, obs)
 
@@ -95,42 +111,68 @@ class ForecastLayer:
         if pool.capacity_tokens is None or not peaks:  # no capacity figure (a hybrid model) or no demand yet
             out["kvcache_recommendation_info"] = {("none", "insufficient_data"): 1.0}
             return out
-        advice = advise(peak_demand_tokens=peaks[0][1],  # the largest demand of the peak window
-                        watched_s=now - self._first_seen.get(key, now),
-                        pool=self._pool(obs, pool.capacity_tokens, bs), model=self._served_model(obs),
-                        settings=self.policy)
+        advice = advise(
+            peak_demand_tokens=peaks[0][1],  # the largest demand of the peak window
+            watched_s=now - self._first_seen.get(key, now),
+            pool=self._pool(obs, pool.capacity_tokens, bs),
+            model=self._served_model(obs),
+            settings=self.policy,
+        )
         out.update(_advice_gauges(advice))
         return out
 
-    def _concurrency(self, usable_blocks: int, bs: int, obs: Observation, start: Observation | None,
-                     mean_prompt: float | None, mean_gen: float | None) -> dict[tuple[str, ...], float]:
+    def _concurrency(
+        self,
+        usable_blocks: int,
+        bs: int,
+        obs: Observation,
+        start: Observation | None,
+        mean_prompt: float | None,
+        mean_gen: float | None,
+    ) -> dict[tuple[str, ...], float]:
         """Requests that fit at real lengths (vLLM's log line assumes max_model_len for every request)."""
         concurrency: dict[tuple[str, ...], float] = {}
         max_len = max_model_len(obs.cache_config)
         if max_len:
             concurrency[("max_model_len",)] = fc.max_concurrent_requests(
-                usable_blocks=usable_blocks, request_tokens=max_len, block_size=bs)
+                usable_blocks=usable_blocks, request_tokens=max_len, block_size=bs
+            )
         if mean_prompt is not None and mean_gen is not None and mean_prompt + mean_gen > 0:
             concurrency[("observed_mean",)] = fc.max_concurrent_requests(
-                usable_blocks=usable_blocks, request_tokens=mean_prompt + mean_gen, block_size=bs)
+                usable_blocks=usable_blocks, request_tokens=mean_prompt + mean_gen, block_size=bs
+            )
         p95_prompt = _window(_p95, start, obs, "prompt_length")
         p95_gen = _window(_p95, start, obs, "generation_length")
         if p95_prompt is not None and p95_gen is not None and p95_prompt + p95_gen > 0:
             concurrency[("observed_p95",)] = fc.max_concurrent_requests(
-                usable_blocks=usable_blocks, request_tokens=p95_prompt + p95_gen, block_size=bs)
+                usable_blocks=usable_blocks, request_tokens=p95_prompt + p95_gen, block_size=bs
+            )
         return concurrency
 
-    def _until_full(self, key: TargetModelEngine, series: deque[tuple[float, float]], now: float, demand: float,
-                    d: Derived, bs: int) -> dict[str, object]:
+    def _until_full(
+        self, key: TargetModelEngine, series: deque[tuple[float, float]], now: float, demand: float, d: Derived, bs: int
+    ) -> dict[str, object]:
         """The trend over each window; the one that runs the cache out first wins (docs/forecast.md)."""
         fs = self.settings
         trend_points = self._trend_points(key, series, now)
-        trends = [fc.trend_over(trend_points, now, w, min_samples=fs.min_samples, min_span_s=fs.min_span_s,
-                                segment_s=fs.segment_s or None)
-                  for w in fs.windows_s]
+        trends = [
+            fc.trend_over(
+                trend_points,
+                now,
+                w,
+                min_samples=fs.min_samples,
+                min_span_s=fs.min_span_s,
+                segment_s=fs.segment_s or None,
+            )
+            for w in fs.windows_s
+        ]
         best, until_full, until_mark = fc.earliest_full(
-            trends, demand=demand, free_tokens=d.free_tokens if d.free_tokens is not None else 0,
-            headroom_tokens=d.watermark_headroom_tokens or 0, block_size=bs)
+            trends,
+            demand=demand,
+            free_tokens=d.free_tokens if d.free_tokens is not None else 0,
+            headroom_tokens=d.watermark_headroom_tokens or 0,
+            block_size=bs,
+        )
         out: dict[str, object] = {}
         if best is not None:
             out["kvcache_fill_rate_tokens_per_second"] = best.rate
@@ -140,20 +182,21 @@ class ForecastLayer:
             out["kvcache_time_until_watermark_seconds"] = until_mark
         return out
 
-    def _trend_points(self, key: TargetModelEngine, series: deque[tuple[float, float]],
-                      now: float) -> list[tuple[float, float]]:
+    def _trend_points(
+        self, key: TargetModelEngine, series: deque[tuple[float, float]], now: float
+    ) -> list[tuple[float, float]]:
         """The demand samples of the longest trend window since the last vLLM restart."""
         since = max([t for t in self._resets.get(key, ()) if t <= now], default=-math.inf)
         return [(t, v) for t, v in series if t >= since]
 
     def forget(self, key: TargetModelEngine) -> None:
         """The model/engine left its target: drop its series."""
-        for store in (self._demand, self._peaks, self._resets, self._last_counter, self._first_seen,
-                      self._per_request):
+        for store in (self._demand, self._peaks, self._resets, self._last_counter, self._first_seen, self._per_request):
             store.pop(key, None)
 
-    def _record(self, key: TargetModelEngine, now: float, demand: float,
-                obs: Observation) -> deque[tuple[float, float]]:
+    def _record(
+        self, key: TargetModelEngine, now: float, demand: float, obs: Observation
+    ) -> deque[tuple[float, float]]:
         series = self._demand.setdefault(key, deque())
         peaks = self._peaks.setdefault(key, deque())
         if series and now < series[-1][0]:  # a replay restarted: start afresh
@@ -187,10 +230,14 @@ class ForecastLayer:
     def _pool(obs: Observation, capacity_tokens: int, block_size: int) -> Pool:
         """The pool as the advice policy reads it: vLLM's capacity and its memory settings."""
         cc = obs.cache_config
-        return Pool(capacity_tokens=capacity_tokens, block_size=block_size,
-                    kv_cache_memory_bytes=label_float(cc, "kv_cache_memory_bytes"),
-                    gpu_memory_utilization=label_float(cc, "gpu_memory_utilization"),
-                    max_model_len=max_model_len(cc), requests_running=obs.requests_running)
+        return Pool(
+            capacity_tokens=capacity_tokens,
+            block_size=block_size,
+            kv_cache_memory_bytes=label_float(cc, "kv_cache_memory_bytes"),
+            gpu_memory_utilization=label_float(cc, "gpu_memory_utilization"),
+            max_model_len=max_model_len(cc),
+            requests_running=obs.requests_running,
+        )
 
     def _served_model(self, obs: Observation) -> ServedModel | None:
         """What the capacity model knows of the served model; None without model.config."""
@@ -199,10 +246,15 @@ class ForecastLayer:
         if capacity is None or theory is None:
             return None
         layout = theory.layout
-        return ServedModel(bytes_per_token=layout.bytes_per_token, kv_dtype_bytes=layout.kv_dtype_bytes,
-                           kv_heads=layout.kv_heads, attention=layout.attention, tensor_parallel=layout.tp,
-                           gpu_memory_bytes=capacity.gpu_memory,
-                           non_kv_bytes=lambda: capacity.non_kv_bytes(layout))
+        return ServedModel(
+            bytes_per_token=layout.bytes_per_token,
+            kv_dtype_bytes=layout.kv_dtype_bytes,
+            kv_heads=layout.kv_heads,
+            attention=layout.attention,
+            tensor_parallel=layout.tp,
+            gpu_memory_bytes=capacity.gpu_memory,
+            non_kv_bytes=lambda: capacity.non_kv_bytes(layout),
+        )
 
 
 def _advice_gauges(advice: Advice) -> dict[str, object]:

@@ -14,5 +14,13 @@ from .exposition import CONTENT_TYPE
 from .scenarios import CALIBRATION, LIBRARY, SCENARIOS, Scenario
 from .simulation import Simulator, SimulatorConfigError
 
-__all__ = ["CALIBRATION", "CONTENT_TYPE", "LIBRARY", "SCENARIOS", "Scenario", "SimConfig",
-           "Simulator", "SimulatorConfigError"]
+__all__ = [
+    "CALIBRATION",
+    "CONTENT_TYPE",
+    "LIBRARY",
+    "SCENARIOS",
+    "Scenario",
+    "SimConfig",
+    "Simulator",
+    "SimulatorConfigError",
+]

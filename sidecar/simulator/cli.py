@@ -14,31 +14,47 @@ from .simulation import Simulator, SimulatorConfigError
 
 #: CLI flag -> SimConfig field, for the flags that override the scenario's server.
 CONFIG_FLAGS = {
-    "model_name": str, "engines": int, "block_size": int, "kv_bytes_per_token": int,
-    "gpu_memory_bytes": int, "weights_bytes": int, "activation_bytes": int,
-    "non_torch_bytes": int, "gpu_memory_utilization": float, "kv_cache_memory_bytes": int,
-    "num_gpu_blocks_override": int, "max_num_seqs": int, "max_num_batched_tokens": int,
-    "max_model_len": int, "enable_prefix_caching": bool, "step_base_seconds": float,
+    "model_name": str,
+    "engines": int,
+    "block_size": int,
+    "kv_bytes_per_token": int,
+    "gpu_memory_bytes": int,
+    "weights_bytes": int,
+    "activation_bytes": int,
+    "non_torch_bytes": int,
+    "gpu_memory_utilization": float,
+    "kv_cache_memory_bytes": int,
+    "num_gpu_blocks_override": int,
+    "max_num_seqs": int,
+    "max_num_batched_tokens": int,
+    "max_model_len": int,
+    "enable_prefix_caching": bool,
+    "step_base_seconds": float,
     "step_seconds_per_token": float,
 }
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "simulate", help="serve a simulated vLLM /metrics (paged-KV model, named scenarios)",
+        "simulate",
+        help="serve a simulated vLLM /metrics (paged-KV model, named scenarios)",
         description="Impersonate a vLLM server: /metrics in vLLM's exact text format from a "
-                    "paged-KV engine model driven by a named scenario, and /health. Every "
-                    "response carries X-Simulated-Time (test/replay use only).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        "paged-KV engine model driven by a named scenario, and /health. Every "
+        "response carries X-Simulated-Time (test/replay use only).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind")
     p.add_argument("--port", type=int, default=8000, help="port to bind (0 = any free port)")
     p.add_argument("--scenario", default="steady", help="workload; --list-scenarios shows them")
     p.add_argument("--list-scenarios", action="store_true", help="print the scenarios and exit")
     p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same run)")
-    p.add_argument("--speed", type=float, default=1.0,
-                   help="simulated seconds per wall-clock second")
-    p.add_argument("--metrics-generation", default=Generation.V1_CAPACITY_LABELS.value,
-                   choices=GENERATIONS, help="which vLLM release's metric names to serve")
+    p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall-clock second")
+    p.add_argument(
+        "--metrics-generation",
+        default=Generation.V1_CAPACITY_LABELS.value,
+        choices=GENERATIONS,
+        help="which vLLM release's metric names to serve",
+    )
     g = p.add_argument_group("server (defaults: the scenario's server; see docs/simulator.md)")
     g.add_argument("--model-name", help="served model name (model_name label)")
     g.add_argument("--engines", type=int, help="data-parallel engines behind the endpoint")
@@ -49,17 +65,21 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     g.add_argument("--activation-bytes", type=int, help="peak activation memory")
     g.add_argument("--non-torch-bytes", type=int, help="non-torch memory (CUDA context, graphs)")
     g.add_argument("--gpu-memory-utilization", type=float, help="vLLM --gpu-memory-utilization")
-    g.add_argument("--kv-cache-memory-bytes", type=int,
-                   help="vLLM --kv-cache-memory-bytes (utilization is then ignored)")
+    g.add_argument(
+        "--kv-cache-memory-bytes", type=int, help="vLLM --kv-cache-memory-bytes (utilization is then ignored)"
+    )
     g.add_argument("--num-gpu-blocks-override", type=int, help="vLLM --num-gpu-blocks-override")
     g.add_argument("--max-num-seqs", type=int, help="vLLM --max-num-seqs")
     g.add_argument("--max-num-batched-tokens", type=int, help="vLLM --max-num-batched-tokens")
     g.add_argument("--max-model-len", type=int, help="vLLM --max-model-len")
-    g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
-                   default=None, help="vLLM --enable-prefix-caching")
+    g.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="vLLM --enable-prefix-caching",
+    )
     g.add_argument("--step-base-seconds", type=float, help="engine step time: fixed part")
-    g.add_argument("--step-seconds-per-token", type=float,
-                   help="engine step time: per scheduled token")
+    g.add_argument("--step-seconds-per-token", type=float, help="engine step time: per scheduled token")
     p.set_defaults(func=run)
     return p
 
@@ -69,8 +89,7 @@ def build_simulator(args: argparse.Namespace) -> Simulator:
     problems = []
     scenario = SCENARIOS.get(args.scenario)
     if scenario is None:
-        problems.append(f"--scenario: unknown scenario {args.scenario!r}; choose one of: "
-                        f"{', '.join(SCENARIOS)}")
+        problems.append(f"--scenario: unknown scenario {args.scenario!r}; choose one of: {', '.join(SCENARIOS)}")
         scenario = SCENARIOS["steady"]  # still check the other flags
     changes = {f: getattr(args, f) for f in CONFIG_FLAGS if getattr(args, f, None) is not None}
     if "kv_cache_memory_bytes" not in changes and "gpu_memory_utilization" in changes:
@@ -100,19 +119,24 @@ def run(args: argparse.Namespace) -> int:
             print(f"kv-sidecar simulate: {problem}", file=sys.stderr)
         return 2
     try:
-        server = SimServer(sim, args.host, args.port, args.speed,
-                           Generation(args.metrics_generation))
+        server = SimServer(sim, args.host, args.port, args.speed, Generation(args.metrics_generation))
     except OSError as e:
-        print(f"kv-sidecar simulate: --host/--port: cannot listen on {args.host}:{args.port}: "
-              f"{e.strerror or e} (pick a free port, or --port 0 for any)", file=sys.stderr)
+        print(
+            f"kv-sidecar simulate: --host/--port: cannot listen on {args.host}:{args.port}: "
+            f"{e.strerror or e} (pick a free port, or --port 0 for any)",
+            file=sys.stderr,
+        )
         return 2
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     server.start()
     c = sim.config
-    print(f"simulated vLLM ({args.scenario}, seed {args.seed}, speed {args.speed}x, "
-          f"{c.engines} engine(s) x {c.num_blocks} blocks of {c.block_size} tokens, metrics "
-          f"generation {args.metrics_generation}) serving {server.url}/metrics", flush=True)
+    print(
+        f"simulated vLLM ({args.scenario}, seed {args.seed}, speed {args.speed}x, "
+        f"{c.engines} engine(s) x {c.num_blocks} blocks of {c.block_size} tokens, metrics "
+        f"generation {args.metrics_generation}) serving {server.url}/metrics",
+        flush=True,
+    )
     try:
         while not stop.wait(0.2):
             pass

@@ -104,8 +104,9 @@ class SimConfig:
 
     def with_gpu_memory_utilization(self, utilization: float) -> SimConfig:
         """The same server with another ``--gpu-memory-utilization`` (KV budget from memory)."""
-        return dataclasses.replace(self, gpu_memory_utilization=utilization,
-                                   kv_cache_memory_bytes=None, num_gpu_blocks_override=None)
+        return dataclasses.replace(
+            self, gpu_memory_utilization=utilization, kv_cache_memory_bytes=None, num_gpu_blocks_override=None
+        )
 
     def replace(self, **changes: Any) -> SimConfig:
         return dataclasses.replace(self, **changes)
@@ -120,35 +121,44 @@ class SimConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 out.append(f"{flag}: must be a positive integer, got {v!r}")
 
-        for name in ("block_size", "kv_bytes_per_token", "max_num_seqs",
-                     "max_num_batched_tokens", "max_model_len", "engines"):
+        for name in (
+            "block_size",
+            "kv_bytes_per_token",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_model_len",
+            "engines",
+        ):
             positive(name, "--" + name.replace("_", "-"))
         if out:
             return out
         if self.kv_cache_memory_bytes is None:
             if self.gpu_memory_bytes is None or self.gpu_memory_bytes <= 0:
-                out.append("--gpu-memory-bytes: must be a positive integer when "
-                           "--kv-cache-memory-bytes is not given")
+                out.append("--gpu-memory-bytes: must be a positive integer when --kv-cache-memory-bytes is not given")
             if not (0.0 < self.gpu_memory_utilization <= 1.0):
-                out.append(f"--gpu-memory-utilization: must be in (0, 1], got "
-                           f"{self.gpu_memory_utilization!r}")
+                out.append(f"--gpu-memory-utilization: must be in (0, 1], got {self.gpu_memory_utilization!r}")
         elif self.kv_cache_memory_bytes <= 0:
-            out.append(f"--kv-cache-memory-bytes: must be a positive integer, got "
-                       f"{self.kv_cache_memory_bytes!r}")
+            out.append(f"--kv-cache-memory-bytes: must be a positive integer, got {self.kv_cache_memory_bytes!r}")
         if self.max_num_batched_tokens < self.max_num_seqs:
             # vLLM's SchedulerConfig refuses this too.
-            out.append(f"--max-num-batched-tokens: must be >= --max-num-seqs "
-                       f"({self.max_num_batched_tokens} < {self.max_num_seqs})")
+            out.append(
+                f"--max-num-batched-tokens: must be >= --max-num-seqs "
+                f"({self.max_num_batched_tokens} < {self.max_num_seqs})"
+            )
         if self.step_base_seconds <= 0 or self.step_seconds_per_token < 0:
             out.append("--step-seconds: engine step duration must be positive")
         if not out and self.num_blocks < 2:
-            out.append(f"memory: the KV budget of {self.kv_budget_bytes} bytes holds "
-                       f"{self.num_blocks} block(s) of {self.block_bytes} bytes; vLLM needs at "
-                       f"least 2 (one is the null block): raise --gpu-memory-utilization or "
-                       f"--kv-cache-memory-bytes")
+            out.append(
+                f"memory: the KV budget of {self.kv_budget_bytes} bytes holds "
+                f"{self.num_blocks} block(s) of {self.block_bytes} bytes; vLLM needs at "
+                f"least 2 (one is the null block): raise --gpu-memory-utilization or "
+                f"--kv-cache-memory-bytes"
+            )
         if not out and self.kv_cache_size_tokens < self.max_model_len:
             # vLLM refuses to start when one max_model_len request cannot fit.
-            out.append(f"--max-model-len: {self.max_model_len} tokens do not fit in "
-                       f"{self.num_blocks} blocks of {self.block_size} tokens; "
-                       f"lower --max-model-len or give KV more memory")
+            out.append(
+                f"--max-model-len: {self.max_model_len} tokens do not fit in "
+                f"{self.num_blocks} blocks of {self.block_size} tokens; "
+                f"lower --max-model-len or give KV more memory"
+            )
         return out

@@ -56,23 +56,84 @@ def buckets_1_2_5(max_value: int) -> list[float]:
     exponent = 0
     while True:
         for mantissa in (1, 2, 5):
-            value = mantissa * 10 ** exponent
+            value = mantissa * 10**exponent
             if value > max_value:
                 return out
             out.append(float(value))
         exponent += 1
 
 
-ITERATION_TOKENS_BUCKETS = [1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
-                            4096.0, 8192.0, 16384.0]
+ITERATION_TOKENS_BUCKETS = [1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0]
 PARAMS_N_BUCKETS = [1.0, 2.0, 5.0, 10.0, 20.0]
 NUM_PREEMPTIONS_BUCKETS = [1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0]
-TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
-ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-               10.0, 20.0, 40.0, 80.0]
-REQUEST_TIME_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
-                        50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
+TTFT_BUCKETS = [
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+]
+ITL_BUCKETS = [
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+]
+REQUEST_TIME_BUCKETS = [
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+]
 
 
 class Histogram:
@@ -268,10 +329,32 @@ class RequestSpec:
 
 
 class Request:
-    __slots__ = ("rid", "spec", "prompt", "target", "out", "computed", "priv", "shared_keys",
-                 "run_base", "state", "seq", "epoch", "s0", "t0", "out0", "preemptions",
-                 "prefix_counted", "cached_tokens", "computed_prefill_tokens",
-                 "first_scheduled", "first_token", "last_token", "defer_until", "share_ok")
+    __slots__ = (
+        "rid",
+        "spec",
+        "prompt",
+        "target",
+        "out",
+        "computed",
+        "priv",
+        "shared_keys",
+        "run_base",
+        "state",
+        "seq",
+        "epoch",
+        "s0",
+        "t0",
+        "out0",
+        "preemptions",
+        "prefix_counted",
+        "cached_tokens",
+        "computed_prefill_tokens",
+        "first_scheduled",
+        "first_token",
+        "last_token",
+        "defer_until",
+        "share_ok",
+    )
 
     def __init__(self, rid: int, spec: RequestSpec, max_model_len: int) -> None:
         self.rid = rid
@@ -571,8 +654,7 @@ class Engine:
         h["request_prefill_time_seconds"].observe(r.first_token - r.first_scheduled)
         h["request_decode_time_seconds"].observe(end - r.first_token)
         if r.target > 1:
-            h["request_time_per_output_token_seconds"].observe(
-                (end - r.first_token) / (r.target - 1))
+            h["request_time_per_output_token_seconds"].observe((end - r.first_token) / (r.target - 1))
         h["request_num_preemptions"].observe(r.preemptions)
         h["request_prefill_kv_computed_tokens"].observe(r.computed_prefill_tokens)
         self.finished.append((end, r))
@@ -721,15 +803,13 @@ class Engine:
         fin = self.finish_at.pop(s, None)
         if fin:
             for r in fin:
-                if r.state == DECODE and r.rid in self.running and \
-                        r.out0 + (s - r.s0) + 1 >= r.target:
+                if r.state == DECODE and r.rid in self.running and r.out0 + (s - r.s0) + 1 >= r.target:
                     self._finish(r, end)
         self.now = end
         self.step_index = s + 1
         t0, p0, g0 = self._tp_mark
         if end - t0 >= 5.0:
-            self._tp_rates = ((self.c.prompt_tokens - p0) / (end - t0),
-                              (self.c.generation_tokens - g0) / (end - t0))
+            self._tp_rates = ((self.c.prompt_tokens - p0) / (end - t0), (self.c.generation_tokens - g0) / (end - t0))
             self._tp_mark = (end, self.c.prompt_tokens, self.c.generation_tokens)
         if self.step_hook is not None:
             self.step_hook(self)

@@ -66,8 +66,7 @@ V032 = {G.V1_CAPACITY_LABELS}
 V010 = {G.V1_BOTH_NAMES, G.V1, G.V1_CAPACITY_LABELS}
 
 # V0 histogram buckets (vllm/engine/metrics.py: shorter than V1's).
-V0_TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-           10.0]
+V0_TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0]
 V0_TPOT = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5]
 V0_E2E = [1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0]
 
@@ -117,16 +116,16 @@ class _Writer:
             for x in extra or [{}]:
                 self.lines.append(f"{name}{_labels({**self.base(e), **x})} {_num(fn(e, x))}")
 
-    def counter(self, base_name: str, help_: str, fn: Value, extra: list[dict[str, str]] | None = None,
-                per_engine: bool = True) -> None:
+    def counter(
+        self, base_name: str, help_: str, fn: Value, extra: list[dict[str, str]] | None = None, per_engine: bool = True
+    ) -> None:
         name = base_name + "_total"
         self.header(name, help_, "counter")
         engines = self.sim.engines if per_engine else self.sim.engines[:1]
         sets = []
         for e in engines:
             for x in extra or [{}]:
-                lab = {**self.base(e), **x} if per_engine else \
-                    {"model_name": self.sim.config.model_name, **x}
+                lab = {**self.base(e), **x} if per_engine else {"model_name": self.sim.config.model_name, **x}
                 sets.append((e, lab))
                 self.lines.append(f"{name}{_labels(lab)} {_num(fn(e, x))}")
         if self.created_series:
@@ -148,8 +147,7 @@ class _Writer:
         if self.created_series:
             self.header(name + "_created", help_, "gauge")
             for e in self.sim.engines:
-                self.lines.append(f"{name}_created{_labels(self.base(e))} "
-                                  f"{_num(self.created_at(e))}")
+                self.lines.append(f"{name}_created{_labels(self.base(e))} {_num(self.created_at(e))}")
 
 
 def _rebucket(h: Histogram, bounds: list[float]) -> Histogram:
@@ -192,15 +190,26 @@ def cache_config_labels(sim: Server, gen: Generation) -> dict[str, str]:
         "num_cpu_blocks": "None",
     }
     if gen in (G.V0, G.V1_GPU_NAMES):
-        return {**common, "calculate_kv_scales": "False", "cpu_offload_gb": "0",
-                "num_cpu_blocks": str((4 << 30) // c.block_bytes),
-                "swap_space_bytes": str(4 << 30)}
+        return {
+            **common,
+            "calculate_kv_scales": "False",
+            "cpu_offload_gb": "0",
+            "num_cpu_blocks": str((4 << 30) // c.block_bytes),
+            "swap_space_bytes": str(4 << 30),
+        }
     if gen in (G.V1_BOTH_NAMES, G.V1):
-        d = {**common, "calculate_kv_scales": "False", "cpu_kvcache_space_bytes": "None",
-             "cpu_offload_gb": "0", "mamba_cache_dtype": "auto",
-             "mamba_page_size_padded": "None", "mamba_ssm_cache_dtype": "auto",
-             "prefix_caching_hash_algo": "sha256", "swap_space": "4",
-             "swap_space_bytes": str(4 << 30)}
+        d = {
+            **common,
+            "calculate_kv_scales": "False",
+            "cpu_kvcache_space_bytes": "None",
+            "cpu_offload_gb": "0",
+            "mamba_cache_dtype": "auto",
+            "mamba_page_size_padded": "None",
+            "mamba_ssm_cache_dtype": "auto",
+            "prefix_caching_hash_algo": "sha256",
+            "swap_space": "4",
+            "swap_space_bytes": str(4 << 30),
+        }
         if gen == G.V1:  # 0.11.0 (vllm issue #28924)
             d["kv_cache_memory_bytes"] = str(c.kv_cache_memory_bytes)
             d["kv_sharing_fast_prefill"] = "False"
@@ -264,8 +273,7 @@ def render(sim: Server, gen: Generation) -> str:
 
 def _process(w: _Writer) -> None:
     # Only what a restart-aware reader needs from the process collector.
-    w.header("process_start_time_seconds",
-             "Start time of the process since unix epoch in seconds.", "gauge")
+    w.header("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", "gauge")
     w.lines.append(f"process_start_time_seconds {_num(w.sim.config.epoch + w.sim.started_at)}")
 
 
@@ -291,146 +299,187 @@ def _zero(e: Engine, x: dict[str, str]) -> float:
 
 def _v1_mfu(w: _Writer) -> None:
     """vLLM 0.32's model-FLOPs counters (zero: the simulator does no arithmetic)."""
-    w.counter("vllm:estimated_flops_per_gpu",
-              "Estimated number of floating point operations per GPU" + H_MFU, _zero)
-    w.counter("vllm:estimated_read_bytes_per_gpu",
-              "Estimated number of bytes read from memory per GPU" + H_MFU, _zero)
-    w.counter("vllm:estimated_write_bytes_per_gpu",
-              "Estimated number of bytes written to memory per GPU" + H_MFU, _zero)
+    w.counter("vllm:estimated_flops_per_gpu", "Estimated number of floating point operations per GPU" + H_MFU, _zero)
+    w.counter("vllm:estimated_read_bytes_per_gpu", "Estimated number of bytes read from memory per GPU" + H_MFU, _zero)
+    w.counter(
+        "vllm:estimated_write_bytes_per_gpu", "Estimated number of bytes written to memory per GPU" + H_MFU, _zero
+    )
 
 
 def _v1_queue_and_usage(w: _Writer) -> None:
     """Running and waiting requests, the sleep state and KV usage."""
     gen = w.gen
-    w.gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-            lambda e, x: e.num_running)
-    w.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-            lambda e, x: len(e.waiting))
+    w.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", lambda e, x: e.num_running)
+    w.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", lambda e, x: len(e.waiting))
     if gen in V032:
-        w.gauge("vllm:num_requests_waiting_by_reason",
-                "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
-                "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA "
-                "budget, KV transfer, blocked status). Sum of all reasons equals "
-                "vllm:num_requests_waiting.",
-                lambda e, x: e.waiting_by_reason()[x["reason"]],
-                [{"reason": "capacity"}, {"reason": "deferred"}])
+        w.gauge(
+            "vllm:num_requests_waiting_by_reason",
+            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
+            "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA "
+            "budget, KV transfer, blocked status). Sum of all reasons equals "
+            "vllm:num_requests_waiting.",
+            lambda e, x: e.waiting_by_reason()[x["reason"]],
+            [{"reason": "capacity"}, {"reason": "deferred"}],
+        )
     if gen in V010:
-        w.gauge("vllm:engine_sleep_state",
-                "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine "
-                "is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means "
-                "sleep level 2.",
-                lambda e, x: 1.0 if x["sleep_state"] == "awake" else 0.0,
-                [{"sleep_state": s} for s in ("awake", "weights_offloaded", "discard_all")])
+        w.gauge(
+            "vllm:engine_sleep_state",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine "
+            "is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means "
+            "sleep level 2.",
+            lambda e, x: 1.0 if x["sleep_state"] == "awake" else 0.0,
+            [{"sleep_state": s} for s in ("awake", "weights_offloaded", "discard_all")],
+        )
     if gen in GPU_NAMES:
-        w.gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.",
-                lambda e, x: e.usage())
+        w.gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", lambda e, x: e.usage())
     if gen in NEW_NAMES:
-        w.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-                lambda e, x: e.usage())
+        w.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", lambda e, x: e.usage())
 
 
 def _v1_cache_counters(w: _Writer) -> None:
     """Prefix-cache queries and hits (and the external and multi-modal caches, always 0 here)."""
     gen, c, zero = w.gen, _field, _zero
     if gen in GPU_NAMES:
-        w.counter("vllm:gpu_prefix_cache_queries",
-                  "GPU prefix cache queries, in terms of number of queried tokens.",
-                  c("prefix_queries"))
-        w.counter("vllm:gpu_prefix_cache_hits",
-                  "GPU prefix cache hits, in terms of number of cached tokens.", c("prefix_hits"))
+        w.counter(
+            "vllm:gpu_prefix_cache_queries",
+            "GPU prefix cache queries, in terms of number of queried tokens.",
+            c("prefix_queries"),
+        )
+        w.counter(
+            "vllm:gpu_prefix_cache_hits",
+            "GPU prefix cache hits, in terms of number of cached tokens.",
+            c("prefix_hits"),
+        )
     if gen in NEW_NAMES:
-        w.counter("vllm:prefix_cache_queries",
-                  "Prefix cache queries, in terms of number of queried tokens.",
-                  c("prefix_queries"))
-        w.counter("vllm:prefix_cache_hits",
-                  "Prefix cache hits, in terms of number of cached tokens.", c("prefix_hits"))
+        w.counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            c("prefix_queries"),
+        )
+        w.counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", c("prefix_hits"))
     if gen in V011:
-        w.counter("vllm:external_prefix_cache_queries",
-                  "External prefix cache queries from KV connector cross-instance cache sharing, "
-                  "in terms of number of queried tokens.", zero)
-        w.counter("vllm:external_prefix_cache_hits",
-                  "External prefix cache hits from KV connector cross-instance cache sharing, in "
-                  "terms of number of cached tokens.", zero)
-        w.counter("vllm:mm_cache_queries",
-                  "Multi-modal cache queries, in terms of number of queried items.", zero)
-        w.counter("vllm:mm_cache_hits",
-                  "Multi-modal cache hits, in terms of number of cached items.", zero)
+        w.counter(
+            "vllm:external_prefix_cache_queries",
+            "External prefix cache queries from KV connector cross-instance cache sharing, "
+            "in terms of number of queried tokens.",
+            zero,
+        )
+        w.counter(
+            "vllm:external_prefix_cache_hits",
+            "External prefix cache hits from KV connector cross-instance cache sharing, in "
+            "terms of number of cached tokens.",
+            zero,
+        )
+        w.counter("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items.", zero)
+        w.counter("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.", zero)
 
 
 def _v1_token_counters(w: _Writer) -> None:
     """Preemptions, prompt and generation tokens, finished requests and admission rejections."""
     gen, c, zero = w.gen, _field, _zero
-    w.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
-              c("preemptions"))
+    w.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", c("preemptions"))
     w.counter("vllm:prompt_tokens", H_PROMPT, c("prompt_tokens"))
     if gen in V032:
-        w.counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
-                  lambda e, x: {"local_compute": e.c.prompt_local_compute,
-                                "local_cache_hit": e.c.prompt_local_cache_hit}.get(x["source"], 0),
-                  [{"source": s} for s in ("local_compute", "local_cache_hit",
-                                           "external_kv_transfer")])
-        w.counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).",
-                  c("prompt_local_cache_hit"))
-        w.counter("vllm:prompt_tokens_cached_by_source",
-                  "Prefix-cache hit tokens by the cache tier that supplied them: device (local "
-                  "HBM), host (offloaded to DRAM), disk, p2p (transferred from another vLLM "
-                  "instance) or external_unspecified. Counted at admission; sums to "
-                  "vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.",
-                  lambda e, x: e.c.prefix_hits if x["source"] == "device" else 0,
-                  [{"source": s} for s in ("device", "host", "p2p", "disk",
-                                           "external_unspecified")])
+        w.counter(
+            "vllm:prompt_tokens_by_source",
+            "Number of prompt tokens by source.",
+            lambda e, x: {"local_compute": e.c.prompt_local_compute, "local_cache_hit": e.c.prompt_local_cache_hit}.get(
+                x["source"], 0
+            ),
+            [{"source": s} for s in ("local_compute", "local_cache_hit", "external_kv_transfer")],
+        )
+        w.counter(
+            "vllm:prompt_tokens_cached",
+            "Number of cached prompt tokens (local + external).",
+            c("prompt_local_cache_hit"),
+        )
+        w.counter(
+            "vllm:prompt_tokens_cached_by_source",
+            "Prefix-cache hit tokens by the cache tier that supplied them: device (local "
+            "HBM), host (offloaded to DRAM), disk, p2p (transferred from another vLLM "
+            "instance) or external_unspecified. Counted at admission; sums to "
+            "vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.",
+            lambda e, x: e.c.prefix_hits if x["source"] == "device" else 0,
+            [{"source": s} for s in ("device", "host", "p2p", "disk", "external_unspecified")],
+        )
     w.counter("vllm:generation_tokens", H_GEN, c("generation_tokens"))
-    reasons = ("stop", "length", "abort", "error", "repetition") if gen in V032 else \
-        ("stop", "length", "abort")
-    w.counter("vllm:request_success", "Count of successfully processed requests.",
-              lambda e, x: getattr(e.c, "success_" + x["finished_reason"], 0),
-              [{"finished_reason": r} for r in reasons])
+    reasons = ("stop", "length", "abort", "error", "repetition") if gen in V032 else ("stop", "length", "abort")
+    w.counter(
+        "vllm:request_success",
+        "Count of successfully processed requests.",
+        lambda e, x: getattr(e.c, "success_" + x["finished_reason"], 0),
+        [{"finished_reason": r} for r in reasons],
+    )
     if gen in V032:
-        w.counter("vllm:admission_rejections",
-                  "Number of admission attempts rejected by a queue limit, by reason.", zero,
-                  [{"reason": "max_num_queued_reqs"}, {"reason": "max_num_queued_tokens"}],
-                  per_engine=False)
+        w.counter(
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            zero,
+            [{"reason": "max_num_queued_reqs"}, {"reason": "max_num_queued_tokens"}],
+            per_engine=False,
+        )
 
 
 def _v1_histograms(w: _Writer) -> None:
     gen = w.gen
     w.histogram("vllm:request_prompt_tokens", H_PROMPT, "request_prompt_tokens")
     w.histogram("vllm:request_generation_tokens", H_GEN, "request_generation_tokens")
-    w.histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
-                "iteration_tokens_total")
-    w.histogram("vllm:request_max_num_generation_tokens",
-                "Histogram of maximum number of requested generation tokens.",
-                "request_max_num_generation_tokens")
-    w.histogram("vllm:request_params_n", "Histogram of the n request parameter.",
-                "request_params_n")
-    w.histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
-                "request_params_max_tokens")
-    w.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                "time_to_first_token_seconds")
+    w.histogram(
+        "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", "iteration_tokens_total"
+    )
+    w.histogram(
+        "vllm:request_max_num_generation_tokens",
+        "Histogram of maximum number of requested generation tokens.",
+        "request_max_num_generation_tokens",
+    )
+    w.histogram("vllm:request_params_n", "Histogram of the n request parameter.", "request_params_n")
+    w.histogram(
+        "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", "request_params_max_tokens"
+    )
+    w.histogram(
+        "vllm:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        "time_to_first_token_seconds",
+    )
     if gen in V011:
-        w.histogram("vllm:inter_token_latency_seconds",
-                    "Histogram of inter-token latency in seconds.", "inter_token_latency_seconds")
-        w.histogram("vllm:request_time_per_output_token_seconds",
-                    "Histogram of time_per_output_token_seconds per request.",
-                    "request_time_per_output_token_seconds")
+        w.histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            "inter_token_latency_seconds",
+        )
+        w.histogram(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            "request_time_per_output_token_seconds",
+        )
     else:
-        w.histogram("vllm:time_per_output_token_seconds",
-                    "Histogram of time per output token in seconds.",
-                    "inter_token_latency_seconds")
-    w.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-                "e2e_request_latency_seconds")
-    for phase, key in (("WAITING", "queue"), ("RUNNING", "inference"), ("PREFILL", "prefill"),
-                       ("DECODE", "decode")):
-        w.histogram(f"vllm:request_{key}_time_seconds",
-                    f"Histogram of time spent in {phase} phase for request.",
-                    f"request_{key}_time_seconds")
+        w.histogram(
+            "vllm:time_per_output_token_seconds",
+            "Histogram of time per output token in seconds.",
+            "inter_token_latency_seconds",
+        )
+    w.histogram(
+        "vllm:e2e_request_latency_seconds",
+        "Histogram of e2e request latency in seconds.",
+        "e2e_request_latency_seconds",
+    )
+    for phase, key in (("WAITING", "queue"), ("RUNNING", "inference"), ("PREFILL", "prefill"), ("DECODE", "decode")):
+        w.histogram(
+            f"vllm:request_{key}_time_seconds",
+            f"Histogram of time spent in {phase} phase for request.",
+            f"request_{key}_time_seconds",
+        )
     if gen in V032:
-        w.histogram("vllm:request_num_preemptions",
-                    "Histogram of the number of times a request was preempted.",
-                    "request_num_preemptions")
-        w.histogram("vllm:request_prefill_kv_computed_tokens",
-                    "Histogram of new KV tokens computed during prefill (excluding cached "
-                    "tokens).", "request_prefill_kv_computed_tokens")
+        w.histogram(
+            "vllm:request_num_preemptions",
+            "Histogram of the number of times a request was preempted.",
+            "request_num_preemptions",
+        )
+        w.histogram(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            "request_prefill_kv_computed_tokens",
+        )
 
 
 def _v1_cache_config_info(w: _Writer) -> None:
@@ -450,11 +499,9 @@ def _v1_cache_config_info(w: _Writer) -> None:
 def _v0(w: _Writer) -> None:
     w.header("vllm:cache_config_info", "information of cache_config", "gauge")
     w.lines.append(f"vllm:cache_config_info{_labels(cache_config_labels(w.sim, G.V0))} 1.0")
-    w.gauge("vllm:num_requests_running", "Number of requests currently running on GPU.",
-            lambda e, x: e.num_running)
+    w.gauge("vllm:num_requests_running", "Number of requests currently running on GPU.", lambda e, x: e.num_running)
     w.gauge("vllm:num_requests_swapped", "Number of requests swapped to CPU.", lambda e, x: 0)
-    w.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-            lambda e, x: len(e.waiting))
+    w.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", lambda e, x: len(e.waiting))
 
     def v0_usage(e: Engine, x: dict[str, str]) -> float:
         # V0 BlockSpaceManager: 1 - free / total, every block usable (no null block).
@@ -465,38 +512,57 @@ def _v0(w: _Writer) -> None:
             return -1.0
         return e.c.prefix_hits / e.c.prefix_queries if e.c.prefix_queries else 0.0
 
-    w.gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.",
-            v0_usage)
-    w.gauge("vllm:cpu_cache_usage_perc", "CPU KV-cache usage. 1 means 100 percent usage.",
-            lambda e, x: 0.0)
-    w.gauge("vllm:cpu_prefix_cache_hit_rate", "CPU prefix cache block hit rate.",
-            lambda e, x: -1.0 if not w.sim.config.enable_prefix_caching else 0.0)
+    w.gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", v0_usage)
+    w.gauge("vllm:cpu_cache_usage_perc", "CPU KV-cache usage. 1 means 100 percent usage.", lambda e, x: 0.0)
+    w.gauge(
+        "vllm:cpu_prefix_cache_hit_rate",
+        "CPU prefix cache block hit rate.",
+        lambda e, x: -1.0 if not w.sim.config.enable_prefix_caching else 0.0,
+    )
     w.gauge("vllm:gpu_prefix_cache_hit_rate", "GPU prefix cache block hit rate.", v0_hit_rate)
-    w.gauge("vllm:avg_prompt_throughput_toks_per_s", "Average prefill throughput in tokens/s.",
-            lambda e, x: e.throughput()[0])
-    w.gauge("vllm:avg_generation_throughput_toks_per_s",
-            "Average generation throughput in tokens/s.", lambda e, x: e.throughput()[1])
-    w.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
-              lambda e, x: e.c.preemptions)
+    w.gauge(
+        "vllm:avg_prompt_throughput_toks_per_s",
+        "Average prefill throughput in tokens/s.",
+        lambda e, x: e.throughput()[0],
+    )
+    w.gauge(
+        "vllm:avg_generation_throughput_toks_per_s",
+        "Average generation throughput in tokens/s.",
+        lambda e, x: e.throughput()[1],
+    )
+    w.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", lambda e, x: e.c.preemptions)
     w.counter("vllm:prompt_tokens", H_PROMPT, lambda e, x: e.c.prompt_tokens)
     w.counter("vllm:generation_tokens", H_GEN, lambda e, x: e.c.generation_tokens)
-    w.counter("vllm:request_success", "Count of successfully processed requests.",
-              lambda e, x: getattr(e.c, "success_" + x["finished_reason"]),
-              [{"finished_reason": r} for r in ("stop", "length", "abort")])
-    w.histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
-                "iteration_tokens_total")
-    w.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                "time_to_first_token_seconds", V0_TTFT)
-    w.histogram("vllm:time_per_output_token_seconds",
-                "Histogram of time per output token in seconds.", "inter_token_latency_seconds",
-                V0_TPOT)
-    w.histogram("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in "
-                "seconds.", "e2e_request_latency_seconds", V0_E2E)
-    w.histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
-                "request_prompt_tokens")
-    w.histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
-                "request_generation_tokens")
-    w.histogram("vllm:request_params_n", "Histogram of the n request parameter.",
-                "request_params_n")
-    w.histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
-                "request_params_max_tokens")
+    w.counter(
+        "vllm:request_success",
+        "Count of successfully processed requests.",
+        lambda e, x: getattr(e.c, "success_" + x["finished_reason"]),
+        [{"finished_reason": r} for r in ("stop", "length", "abort")],
+    )
+    w.histogram(
+        "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", "iteration_tokens_total"
+    )
+    w.histogram(
+        "vllm:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        "time_to_first_token_seconds",
+        V0_TTFT,
+    )
+    w.histogram(
+        "vllm:time_per_output_token_seconds",
+        "Histogram of time per output token in seconds.",
+        "inter_token_latency_seconds",
+        V0_TPOT,
+    )
+    w.histogram(
+        "vllm:e2e_request_latency_seconds",
+        "Histogram of end to end request latency in seconds.",
+        "e2e_request_latency_seconds",
+        V0_E2E,
+    )
+    w.histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "request_prompt_tokens")
+    w.histogram("vllm:request_generation_tokens", "Number of generation tokens processed.", "request_generation_tokens")
+    w.histogram("vllm:request_params_n", "Histogram of the n request parameter.", "request_params_n")
+    w.histogram(
+        "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", "request_params_max_tokens"
+    )

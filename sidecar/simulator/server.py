@@ -26,9 +26,15 @@ SIMULATED_TIME_HEADER = "X-Simulated-Time"
 class SimServer:
     """Serve one ``Simulator``; ``start()`` runs it on a daemon thread, ``stop()`` ends it."""
 
-    def __init__(self, sim: Simulator, host: str = "127.0.0.1", port: int = 8000,
-                 speed: float = 1.0, generation: Generation = Generation.V1_CAPACITY_LABELS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        sim: Simulator,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        speed: float = 1.0,
+        generation: Generation = Generation.V1_CAPACITY_LABELS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.sim = sim
         self.speed = speed
         self.generation = generation
@@ -56,8 +62,7 @@ class SimServer:
             return self.sim.now, up, body
 
     def start(self) -> SimServer:
-        self._thread = threading.Thread(target=self.httpd.serve_forever,
-                                        kwargs={"poll_interval": 0.1}, daemon=True)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
         self._thread.start()
         return self
 

@@ -29,12 +29,12 @@ class SimulatorConfigError(ValueError):
 
 
 class Simulator:
-    def __init__(self, config: SimConfig | None = None, scenario: str | Scenario = "steady",
-                 seed: int = 0) -> None:
+    def __init__(self, config: SimConfig | None = None, scenario: str | Scenario = "steady", seed: int = 0) -> None:
         if isinstance(scenario, str):
             if scenario not in SCENARIOS:
-                raise SimulatorConfigError([f"--scenario: unknown scenario {scenario!r}; "
-                                            f"choose one of {', '.join(SCENARIOS)}"])
+                raise SimulatorConfigError(
+                    [f"--scenario: unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}"]
+                )
             scenario = SCENARIOS[scenario]
         self.scenario = scenario
         self.config = config if config is not None else scenario.config

@@ -47,8 +47,10 @@ def require_tool(*names: str) -> str:
     path = find_tool(*names)
     if path:
         return path
-    reason = (f"{' / '.join(names)} not found on PATH or in {TOOLS}/bin; "
-              f"run `bash scripts/install-prometheus-tools.sh` (or `make test`)")
+    reason = (
+        f"{' / '.join(names)} not found on PATH or in {TOOLS}/bin; "
+        f"run `bash scripts/install-prometheus-tools.sh` (or `make test`)"
+    )
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true but {reason}", pytrace=False)
     message = f"PROMETHEUS TOOL MISSING, TEST SKIPPED: {reason}"

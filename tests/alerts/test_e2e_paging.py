@@ -72,8 +72,14 @@ class Processes:
 
     def start(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.logdir / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=self.logdir, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.logdir,
+            start_new_session=True,
+        )
         log.close()
         self.procs[name] = proc
         return proc
@@ -151,8 +157,9 @@ def test_alertmanager_config(webhook_port: int) -> dict:
         if receiver["name"] != "null":
             for key in [k for k in receiver if k.endswith("_configs")]:
                 del receiver[key]
-            receiver["webhook_configs"] = [{"url": f"http://127.0.0.1:{webhook_port}/{receiver['name']}",
-                                            "send_resolved": False}]
+            receiver["webhook_configs"] = [
+                {"url": f"http://127.0.0.1:{webhook_port}/{receiver['name']}", "send_resolved": False}
+            ]
     cfg["route"].update(group_wait="1s", group_interval="1s", repeat_interval="1h")
     return cfg
 
@@ -168,8 +175,13 @@ def stack(tmp_path, prometheus_bin, alertmanager_bin):
     kv = _kv_sidecar()
 
     rules_dir = tmp_path / "rules"
-    res = subprocess.run([*kv, "rules", "render", "--variant", "fast", "--out", str(rules_dir)],
-                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    res = subprocess.run(
+        [*kv, "rules", "render", "--variant", "fast", "--out", str(rules_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert res.returncode == 0, res.stderr
     rule_file = rules_dir / "kvcache.rules.yaml"
 
@@ -180,31 +192,82 @@ def stack(tmp_path, prometheus_bin, alertmanager_bin):
         am_config = tmp_path / "alertmanager.yaml"
         am_config.write_text(yaml.safe_dump(test_alertmanager_config(webhook.port), sort_keys=False))
         prom_config = tmp_path / "prometheus.yaml"
-        prom_config.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(rule_file)],
-            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{ports['alertmanager']}"]}]}]},
-            "scrape_configs": [{"job_name": "kv-cache-sidecar",  # the rules' default alerts.sidecar_job
-                                "static_configs": [{"targets": [f"127.0.0.1:{ports['sidecar']}"]}]}],
-        }, sort_keys=False))
+        prom_config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+                    "rule_files": [str(rule_file)],
+                    "alerting": {
+                        "alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{ports['alertmanager']}"]}]}]
+                    },
+                    "scrape_configs": [
+                        {
+                            "job_name": "kv-cache-sidecar",  # the rules' default alerts.sidecar_job
+                            "static_configs": [{"targets": [f"127.0.0.1:{ports['sidecar']}"]}],
+                        }
+                    ],
+                },
+                sort_keys=False,
+            )
+        )
 
-        procs.start("alertmanager", [
-            alertmanager, f"--config.file={am_config}", f"--storage.path={tmp_path / 'am-data'}",
-            # an empty cluster address disables clustering (no gossip port)
-            f"--web.listen-address=127.0.0.1:{ports['alertmanager']}", "--cluster.listen-address="])
-        procs.start("prometheus", [
-            prometheus, f"--config.file={prom_config}", f"--storage.tsdb.path={tmp_path / 'prom-data'}",
-            f"--web.listen-address=127.0.0.1:{ports['prometheus']}"])
-        procs.start("simulator", [*kv, "simulate", "--host", "127.0.0.1", "--port", str(ports["sim"]),
-                                  "--scenario", SCENARIO, "--speed", SPEED, "--seed", "1"])
-        procs.start("sidecar", [*kv, "run", "--target", f"http://127.0.0.1:{ports['sim']}/metrics",
-                                "--web.listen-address", f"127.0.0.1:{ports['sidecar']}",
-                                "--scrape.interval", "1s"])
+        procs.start(
+            "alertmanager",
+            [
+                alertmanager,
+                f"--config.file={am_config}",
+                f"--storage.path={tmp_path / 'am-data'}",
+                # an empty cluster address disables clustering (no gossip port)
+                f"--web.listen-address=127.0.0.1:{ports['alertmanager']}",
+                "--cluster.listen-address=",
+            ],
+        )
+        procs.start(
+            "prometheus",
+            [
+                prometheus,
+                f"--config.file={prom_config}",
+                f"--storage.tsdb.path={tmp_path / 'prom-data'}",
+                f"--web.listen-address=127.0.0.1:{ports['prometheus']}",
+            ],
+        )
+        procs.start(
+            "simulator",
+            [
+                *kv,
+                "simulate",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(ports["sim"]),
+                "--scenario",
+                SCENARIO,
+                "--speed",
+                SPEED,
+                "--seed",
+                "1",
+            ],
+        )
+        procs.start(
+            "sidecar",
+            [
+                *kv,
+                "run",
+                "--target",
+                f"http://127.0.0.1:{ports['sim']}/metrics",
+                "--web.listen-address",
+                f"127.0.0.1:{ports['sidecar']}",
+                "--scrape.interval",
+                "1s",
+            ],
+        )
 
-        ready = {"alertmanager": f"http://127.0.0.1:{ports['alertmanager']}/-/ready",
-                 "prometheus": f"http://127.0.0.1:{ports['prometheus']}/-/ready",
-                 "simulator": f"http://127.0.0.1:{ports['sim']}/health",
-                 "sidecar": f"http://127.0.0.1:{ports['sidecar']}/readyz"}
+        ready = {
+            "alertmanager": f"http://127.0.0.1:{ports['alertmanager']}/-/ready",
+            "prometheus": f"http://127.0.0.1:{ports['prometheus']}/-/ready",
+            "simulator": f"http://127.0.0.1:{ports['sim']}/health",
+            "sidecar": f"http://127.0.0.1:{ports['sidecar']}/readyz",
+        }
         deadline = time.monotonic() + 40
         while ready and time.monotonic() < deadline:
             procs.check_alive()
@@ -224,28 +287,39 @@ def test_saturation_pages_through_prometheus_and_alertmanager(stack):
     page = None
     while page is None and time.monotonic() < deadline:
         procs.check_alive()
-        page = next((a for a in webhook.alerts("pagerduty-critical")
-                     if a["labels"].get("alertname") == "KVCacheAlmostFull"), None)
+        page = next(
+            (a for a in webhook.alerts("pagerduty-critical") if a["labels"].get("alertname") == "KVCacheAlmostFull"),
+            None,
+        )
         time.sleep(0.5)
-    assert page is not None, ("no KVCacheAlmostFull page reached the webhook; received: "
-                              f"{[(p, [a['labels'] for a in m['alerts']]) for p, m in webhook.received]}\n"
-                              f"{procs.logs()}")
+    assert page is not None, (
+        "no KVCacheAlmostFull page reached the webhook; received: "
+        f"{[(p, [a['labels'] for a in m['alerts']]) for p, m in webhook.received]}\n"
+        f"{procs.logs()}"
+    )
     print(f"page reached the webhook {time.monotonic() - started:.1f} s after the stack was ready")
 
     # Right labels: the sidecar's own series labels, plus what Prometheus and the rule add.
     status, body = _get(f"http://127.0.0.1:{ports['sidecar']}/metrics")
     assert status == 200
-    usage = next(s for f in text_string_to_metric_families(body.decode())
-                 for s in f.samples if s.name == "kvcache_usage_ratio")
+    usage = next(
+        s for f in text_string_to_metric_families(body.decode()) for s in f.samples if s.name == "kvcache_usage_ratio"
+    )
     assert page["status"] == "firing"
-    assert page["labels"] == {**usage.labels, "alertname": "KVCacheAlmostFull", "severity": "critical",
-                              "job": "kv-cache-sidecar", "instance": f"127.0.0.1:{ports['sidecar']}"}
+    assert page["labels"] == {
+        **usage.labels,
+        "alertname": "KVCacheAlmostFull",
+        "severity": "critical",
+        "job": "kv-cache-sidecar",
+        "instance": f"127.0.0.1:{ports['sidecar']}",
+    }
     assert usage.labels["target"] == f"127.0.0.1:{ports['sim']}" and usage.labels["engine"] == "0"
     ann = page["annotations"]
     assert ann["summary"] == "KV cache usage is above the 90% paging watermark."
     assert ann["description"].startswith(
         f"KV cache of {usage.labels['model_name']} (engine 0) on 127.0.0.1:{ports['sidecar']} has been above "
-        f"the 90% watermark for 40s")
+        f"the 90% watermark for 40s"
+    )
     assert ann["runbook_url"].endswith("/docs/runbooks/KVCacheAlmostFull.md")
     assert "/d/kvcache-overview?" in ann["dashboard_url"]
     # critical also posts to Slack (continue: true)
@@ -266,5 +340,6 @@ def test_saturation_pages_through_prometheus_and_alertmanager(stack):
     assert inhibited is not None, f"the warning is not inhibited: {warning}"
     assert inhibited["status"]["state"] == "suppressed"
     assert inhibited["status"]["inhibitedBy"] == [critical[0]["fingerprint"]]
-    assert {k: v for k, v in inhibited["labels"].items() if k != "severity"} == \
-           {k: v for k, v in page["labels"].items() if k != "severity"}
+    assert {k: v for k, v in inhibited["labels"].items() if k != "severity"} == {
+        k: v for k, v in page["labels"].items() if k != "severity"
+    }

@@ -47,10 +47,18 @@ def _cli(*argv: str) -> int:
 
 # ----------------------------------------------------------------- layout and sync
 
+
 def test_alerts_directory_holds_only_rules_tests_and_one_alertmanager_config():
-    stray = [p.name for p in ALERTS.iterdir()
-             if not (p.name.endswith(".rules.yaml") or p.name.endswith("_test.yaml")
-                     or p.name == "alertmanager.yaml" or (p.is_dir() and p.name == "examples"))]
+    stray = [
+        p.name
+        for p in ALERTS.iterdir()
+        if not (
+            p.name.endswith(".rules.yaml")
+            or p.name.endswith("_test.yaml")
+            or p.name == "alertmanager.yaml"
+            or (p.is_dir() and p.name == "examples")
+        )
+    ]
     assert stray == [], "alerts/ holds only *.rules.yaml, *_test.yaml, alertmanager.yaml and examples/"
     assert DEFAULT_RULES in RULE_FILES and TEST_FILES
 
@@ -58,7 +66,8 @@ def test_alerts_directory_holds_only_rules_tests_and_one_alertmanager_config():
 def test_committed_default_rules_equal_the_generated_ones():
     expected = render(Thresholds(), RuleParams())
     assert DEFAULT_RULES.read_text(encoding="utf-8") == expected, (
-        "alerts/kvcache.rules.yaml is out of date: run `make generate`")
+        "alerts/kvcache.rules.yaml is out of date: run `make generate`"
+    )
 
 
 def test_rendered_examples_if_any_are_generated_too():
@@ -84,15 +93,20 @@ def test_config_file_thresholds_reach_both_the_sidecar_and_the_rules(tmp_path, c
     """The sidecar's loader and `rules render` read the same thresholds: section."""
 
     cfg = tmp_path / "sidecar.yaml"
-    cfg.write_text("thresholds:\n  watermark: 0.85\n  warning: 0.7\n  target_usage: 0.6\n"
-                   "alerts:\n  critical_for: 3m\n  sidecar_job: llm/kv-sidecar\n", encoding="utf-8")
+    cfg.write_text(
+        "thresholds:\n  watermark: 0.85\n  warning: 0.7\n  target_usage: 0.6\n"
+        "alerts:\n  critical_for: 3m\n  sidecar_job: llm/kv-sidecar\n",
+        encoding="utf-8",
+    )
     sidecar_view = load_config(str(cfg), env={}).thresholds
     assert _cli("rules", "render", "--config.file", str(cfg), "--out", str(tmp_path)) == 0
     doc = yaml.safe_load((tmp_path / rules.RULES_FILE_NAME).read_text(encoding="utf-8"))
-    critical = next(r for r in _alerts(doc) if r["labels"]["severity"] == "critical"
-                    and r["alert"] == "KVCacheAlmostFull")
-    warning = next(r for r in _alerts(doc) if r["labels"]["severity"] == "warning"
-                   and r["alert"] == "KVCacheAlmostFull")
+    critical = next(
+        r for r in _alerts(doc) if r["labels"]["severity"] == "critical" and r["alert"] == "KVCacheAlmostFull"
+    )
+    warning = next(
+        r for r in _alerts(doc) if r["labels"]["severity"] == "warning" and r["alert"] == "KVCacheAlmostFull"
+    )
     assert critical["expr"].endswith(f"> {sidecar_view.watermark:g}") and sidecar_view.watermark == 0.85
     assert warning["expr"].endswith(f"> {sidecar_view.warning:g}") and sidecar_view.warning == 0.7
     assert critical["for"] == "3m"
@@ -115,12 +129,15 @@ def test_flags_override_the_config_file(tmp_path, capsys):
 
 # ------------------------------------------------------------------- promtool
 
+
 @pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: p.name)
 def test_promtool_check_rules(promtool, path):
     res = run_tool(promtool, "check", "rules", str(path))
     assert res.returncode == 0, res.stdout + res.stderr
-    assert f"SUCCESS: {sum(len(g['rules']) for g in build_rule_groups(Thresholds(), RuleParams())['groups'])} " \
-           f"rules found" in res.stdout
+    assert (
+        f"SUCCESS: {sum(len(g['rules']) for g in build_rule_groups(Thresholds(), RuleParams())['groups'])} "
+        f"rules found" in res.stdout
+    )
 
 
 @pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: p.name)
@@ -143,8 +160,12 @@ def test_every_alert_has_a_firing_case_with_exact_annotations_and_a_quiet_case()
                     quiet[name] = quiet.get(name, 0) + 1
                 for alert in exp:
                     assert "severity" in alert["exp_labels"], (path.name, test["name"])
-                    assert set(alert["exp_annotations"]) == {"summary", "description", "runbook_url",
-                                                             "dashboard_url"}, (path.name, test["name"])
+                    assert set(alert["exp_annotations"]) == {
+                        "summary",
+                        "description",
+                        "runbook_url",
+                        "dashboard_url",
+                    }, (path.name, test["name"])
                     firing[name] = firing.get(name, 0) + 1
     assert sorted(firing) == sorted(ALERT_NAMES)
     assert sorted(quiet) == sorted(ALERT_NAMES)
@@ -152,8 +173,12 @@ def test_every_alert_has_a_firing_case_with_exact_annotations_and_a_quiet_case()
 
 def test_both_severities_of_the_page_are_asserted():
     doc = yaml.safe_load((ALERTS / "almost_full_test.yaml").read_text(encoding="utf-8"))
-    severities = {a["exp_labels"]["severity"] for t in doc["tests"] for c in t.get("alert_rule_test", [])
-                  for a in c.get("exp_alerts") or []}
+    severities = {
+        a["exp_labels"]["severity"]
+        for t in doc["tests"]
+        for c in t.get("alert_rule_test", [])
+        for a in c.get("exp_alerts") or []
+    }
     assert severities == {"warning", "critical"}
 
 
@@ -161,43 +186,109 @@ def test_both_severities_of_the_page_are_asserted():
 # promtool test case that must catch it. A test suite that passes these mutants would
 # be one that cannot fail. (rule: alert name, "alert/severity", or a recording rule's name)
 MUTATIONS = [
-    pytest.param("almost_full_test.yaml", "KVCacheAlmostFull/critical", "[1m]", "[2m]",
-                 "0.95 for 4 minutes does not page", id="2m-gap-window-stretches-a-4m-spike-into-a-page"),
-    pytest.param("almost_full_test.yaml", "KVCacheAlmostFull/critical",
-                 "max_over_time(kvcache_usage_ratio[1m])", "kvcache_usage_ratio",
-                 "saturation with missed scrapes and a dropped series", id="plain-comparison-resets-on-a-gap"),
-    pytest.param("almost_full_test.yaml", "KVCacheAlmostFull/critical", "max_over_time", "last_over_time",
-                 "a sawtooth between 0.87 and 0.93", id="last-value-misses-a-saturated-sawtooth"),
-    pytest.param("capacity_test.yaml", "KVCacheRequestsWaitingForKV", "[1m]) > 0.9", "[1m]) > 0",
-                 "waiting for capacity at low usage", id="waiting-without-kv-pressure"),
-    pytest.param("capacity_test.yaml", "KVCachePrefixHitRatioLow",
-                 "namespace_model:kvcache_prefix_cache_hits_per_queries_tokens:ratio_rate5m",
-                 "avg by (namespace, model_name) (rate(kvcache_prefix_cache_hits_tokens_total[5m])"
-                 " / rate(kvcache_prefix_cache_queries_tokens_total[5m]))",
-                 "ratio of sums, not a mean of pod ratios", id="mean-of-pod-ratios"),
-    pytest.param("capacity_test.yaml", "KVCacheCapacityMismatch", '{budget="exact"}', "",
-                 "an estimated budget far off", id="mismatch-on-estimated-budgets"),
-    pytest.param("sidecar_test.yaml", "KVCacheSidecarScrapeFailing",
-                 "\nand\nkvcache_sidecar_last_success_timestamp_seconds", "",
-                 "a model that takes 20 minutes to load", id="scrape-failing-during-model-load"),
-    pytest.param("sidecar_test.yaml", "KVCacheSidecarDown", '\nor\nabsent(up{job="kv-cache-sidecar"})', "",
-                 "no sidecar target at all", id="sidecar-down-without-absent"),
-    pytest.param("overprovisioned_test.yaml", "KVCacheOverProvisioned", "\nunless kvcache_engine_asleep == 1", "",
-                 "not for a young engine, an asleep one", id="over-provisioned-while-asleep"),
-    pytest.param("overprovisioned_test.yaml", "KVCacheOverProvisioned",
-                 "\nand present_over_time(kvcache_usage_ratio[1h] offset 23h)", "",
-                 "not for a young engine, an asleep one", id="over-provisioned-on-a-young-engine"),
-    pytest.param("recording_test.yaml", "engine:kvcache_usage_ratio:awake", " unless kvcache_engine_asleep == 1", "",
-                 'expr: "engine:kvcache_usage_ratio:awake", time: 8m', id="awake-usage-includes-sleep"),
+    pytest.param(
+        "almost_full_test.yaml",
+        "KVCacheAlmostFull/critical",
+        "[1m]",
+        "[2m]",
+        "0.95 for 4 minutes does not page",
+        id="2m-gap-window-stretches-a-4m-spike-into-a-page",
+    ),
+    pytest.param(
+        "almost_full_test.yaml",
+        "KVCacheAlmostFull/critical",
+        "max_over_time(kvcache_usage_ratio[1m])",
+        "kvcache_usage_ratio",
+        "saturation with missed scrapes and a dropped series",
+        id="plain-comparison-resets-on-a-gap",
+    ),
+    pytest.param(
+        "almost_full_test.yaml",
+        "KVCacheAlmostFull/critical",
+        "max_over_time",
+        "last_over_time",
+        "a sawtooth between 0.87 and 0.93",
+        id="last-value-misses-a-saturated-sawtooth",
+    ),
+    pytest.param(
+        "capacity_test.yaml",
+        "KVCacheRequestsWaitingForKV",
+        "[1m]) > 0.9",
+        "[1m]) > 0",
+        "waiting for capacity at low usage",
+        id="waiting-without-kv-pressure",
+    ),
+    pytest.param(
+        "capacity_test.yaml",
+        "KVCachePrefixHitRatioLow",
+        "namespace_model:kvcache_prefix_cache_hits_per_queries_tokens:ratio_rate5m",
+        "avg by (namespace, model_name) (rate(kvcache_prefix_cache_hits_tokens_total[5m])"
+        " / rate(kvcache_prefix_cache_queries_tokens_total[5m]))",
+        "ratio of sums, not a mean of pod ratios",
+        id="mean-of-pod-ratios",
+    ),
+    pytest.param(
+        "capacity_test.yaml",
+        "KVCacheCapacityMismatch",
+        '{budget="exact"}',
+        "",
+        "an estimated budget far off",
+        id="mismatch-on-estimated-budgets",
+    ),
+    pytest.param(
+        "sidecar_test.yaml",
+        "KVCacheSidecarScrapeFailing",
+        "\nand\nkvcache_sidecar_last_success_timestamp_seconds",
+        "",
+        "a model that takes 20 minutes to load",
+        id="scrape-failing-during-model-load",
+    ),
+    pytest.param(
+        "sidecar_test.yaml",
+        "KVCacheSidecarDown",
+        '\nor\nabsent(up{job="kv-cache-sidecar"})',
+        "",
+        "no sidecar target at all",
+        id="sidecar-down-without-absent",
+    ),
+    pytest.param(
+        "overprovisioned_test.yaml",
+        "KVCacheOverProvisioned",
+        "\nunless kvcache_engine_asleep == 1",
+        "",
+        "not for a young engine, an asleep one",
+        id="over-provisioned-while-asleep",
+    ),
+    pytest.param(
+        "overprovisioned_test.yaml",
+        "KVCacheOverProvisioned",
+        "\nand present_over_time(kvcache_usage_ratio[1h] offset 23h)",
+        "",
+        "not for a young engine, an asleep one",
+        id="over-provisioned-on-a-young-engine",
+    ),
+    pytest.param(
+        "recording_test.yaml",
+        "engine:kvcache_usage_ratio:awake",
+        " unless kvcache_engine_asleep == 1",
+        "",
+        'expr: "engine:kvcache_usage_ratio:awake", time: 8m',
+        id="awake-usage-includes-sleep",
+    ),
 ]
 
 
 def _mutate(doc: dict, rule: str, original: str, mutant: str) -> None:
     name, _, severity = rule.partition("/")
-    hits = [r for g in doc["groups"] for r in g["rules"]
-            if r.get("alert", r.get("record")) == name and (not severity or r["labels"]["severity"] == severity)]
-    assert len(hits) == 1 and original in hits[0]["expr"], \
+    hits = [
+        r
+        for g in doc["groups"]
+        for r in g["rules"]
+        if r.get("alert", r.get("record")) == name and (not severity or r["labels"]["severity"] == severity)
+    ]
+    assert len(hits) == 1 and original in hits[0]["expr"], (
         f"the mutation of {rule} no longer applies: update it with the rule"
+    )
     hits[0]["expr"] = hits[0]["expr"].replace(original, mutant)
 
 
@@ -224,6 +315,7 @@ def test_promtool_tests_catch_weakened_rules(promtool, tmp_path, test_file, rule
 
 # ------------------------------------------------------------------ generator
 
+
 def test_fast_variant_is_valid_and_on_a_seconds_scale(promtool, tmp_path):
     text = render(Thresholds(), RuleParams(), variant="fast")
     path = tmp_path / rules.RULES_FILE_NAME
@@ -236,8 +328,9 @@ def test_fast_variant_is_valid_and_on_a_seconds_scale(promtool, tmp_path):
     assert page["for"] == "40s" and page["expr"] == "max_over_time(kvcache_usage_ratio[5s]) > 0.9"
     # only timings differ from the default variant
     default = build_rule_groups(Thresholds(), RuleParams())
-    assert [r.get("alert", r.get("record")) for r in _alerts(doc)] == \
-           [r.get("alert", r.get("record")) for r in _alerts(default)]
+    assert [r.get("alert", r.get("record")) for r in _alerts(doc)] == [
+        r.get("alert", r.get("record")) for r in _alerts(default)
+    ]
     assert all(prometheus_duration_seconds(v) <= 60 for v in FAST_VARIANT.values())
 
 
@@ -272,19 +365,22 @@ def test_every_alert_links_its_runbook_and_a_fixed_dashboard():
         assert rule["alert"].startswith("KVCache") and ann["summary"].endswith(".")
 
 
-@pytest.mark.parametrize("mapping, field_fragment", [
-    ({"critical_for": "5 min"}, "alerts.critical_for: not a Prometheus duration: '5 min'"),
-    ({"gap_window": "1.5m"}, "alerts.gap_window: not a Prometheus duration"),
-    ({"warning_for": "0s"}, "alerts.warning_for: must be longer than 0"),
-    ({"critcal_for": "5m"}, "alerts.critcal_for: unknown key (did you mean 'critical_for'?)"),
-    ({"prefix_hit_ratio_low": 1.5}, "alerts.prefix_hit_ratio_low: must be a fraction between 0 and 1"),
-    ({"capacity_mismatch_tolerance": "lots"}, "alerts.capacity_mismatch_tolerance: must be a number"),
-    ({"preemptions_per_second": -1}, "alerts.preemptions_per_second: must be 0 or more"),
-    ({"sidecar_job": 'kv"x'}, "alerts.sidecar_job: must be a non-empty job label value"),
-    ({"runbook_base_url": "docs/runbooks"}, "alerts.runbook_base_url: must be an http(s) URL"),
-    ({"dashboard_base_url": "https://grafana.example.com/"}, "without a trailing slash"),
-    ({"evaluation_interval": "fast"}, "alerts.evaluation_interval: not a Prometheus duration"),
-])
+@pytest.mark.parametrize(
+    "mapping, field_fragment",
+    [
+        ({"critical_for": "5 min"}, "alerts.critical_for: not a Prometheus duration: '5 min'"),
+        ({"gap_window": "1.5m"}, "alerts.gap_window: not a Prometheus duration"),
+        ({"warning_for": "0s"}, "alerts.warning_for: must be longer than 0"),
+        ({"critcal_for": "5m"}, "alerts.critcal_for: unknown key (did you mean 'critical_for'?)"),
+        ({"prefix_hit_ratio_low": 1.5}, "alerts.prefix_hit_ratio_low: must be a fraction between 0 and 1"),
+        ({"capacity_mismatch_tolerance": "lots"}, "alerts.capacity_mismatch_tolerance: must be a number"),
+        ({"preemptions_per_second": -1}, "alerts.preemptions_per_second: must be 0 or more"),
+        ({"sidecar_job": 'kv"x'}, "alerts.sidecar_job: must be a non-empty job label value"),
+        ({"runbook_base_url": "docs/runbooks"}, "alerts.runbook_base_url: must be an http(s) URL"),
+        ({"dashboard_base_url": "https://grafana.example.com/"}, "without a trailing slash"),
+        ({"evaluation_interval": "fast"}, "alerts.evaluation_interval: not a Prometheus duration"),
+    ],
+)
 def test_bad_alert_params_name_the_field_and_the_fix(mapping, field_fragment):
     params, problems = RuleParams.from_mapping(mapping)
     assert any(field_fragment in p for p in problems), problems
@@ -292,8 +388,9 @@ def test_bad_alert_params_name_the_field_and_the_fix(mapping, field_fragment):
 
 
 def test_good_alert_params_and_every_problem_at_once():
-    params, problems = RuleParams.from_mapping({"critical_for": "2m", "prefix_hit_ratio_low": "0.3",
-                                               "evaluation_interval": None})
+    params, problems = RuleParams.from_mapping(
+        {"critical_for": "2m", "prefix_hit_ratio_low": "0.3", "evaluation_interval": None}
+    )
     assert problems == [] and params.critical_for == "2m" and params.prefix_hit_ratio_low == 0.3
     _, problems = RuleParams.from_mapping({"critical_for": "x", "warning_for": "y", "nope": 1})
     assert len(problems) == 3
@@ -369,22 +466,48 @@ def test_almost_full_runbook_says_a_steady_092_pages_by_design():
 
 
 def test_runbooks_query_only_metrics_the_sidecar_exports_or_the_rules_record():
-    exported = {"kvcache_usage_ratio", "kvcache_capacity_tokens", "kvcache_used_tokens", "kvcache_free_tokens",
-                "kvcache_watermark_headroom_tokens", "kvcache_prefix_cache_queries_tokens_total",
-                "kvcache_prefix_cache_hits_tokens_total", "kvcache_preemptions_total",
-                "kvcache_prefix_cache_hit_ratio", "kvcache_preemptions_per_second", "kvcache_requests_running",
-                "kvcache_requests_waiting", "kvcache_server_info", "kvcache_engine_asleep",
-                "kvcache_theoretical_capacity_tokens", "kvcache_capacity_efficiency_ratio",
-                "kvcache_time_until_full_seconds", "kvcache_time_until_watermark_seconds", "kvcache_demand_tokens",
-                "kvcache_fill_rate_tokens_per_second", "kvcache_recommendation_info",
-                "kvcache_suggested_gpu_memory_utilization", "kvcache_suggested_kv_cache_memory_bytes",
-                "kvcache_max_concurrent_requests", "kvcache_capacity_shortfall_tokens", "kvcache_suggested_replicas",
-                "kvcache_theoretical_bytes_per_token", "kvcache_model_info",
-                "kvcache_sidecar_target_up", "kvcache_sidecar_scrape_errors_total",
-                "kvcache_sidecar_last_success_timestamp_seconds", "kvcache_sidecar_build_info",
-                "kvcache_sidecar_scrape_duration_seconds", "kvcache_sidecar_config_changes_total"}
-    recorded = {r["record"] for g in build_rule_groups(Thresholds(), RuleParams())["groups"]
-                for r in g["rules"] if "record" in r}
+    exported = {
+        "kvcache_usage_ratio",
+        "kvcache_capacity_tokens",
+        "kvcache_used_tokens",
+        "kvcache_free_tokens",
+        "kvcache_watermark_headroom_tokens",
+        "kvcache_prefix_cache_queries_tokens_total",
+        "kvcache_prefix_cache_hits_tokens_total",
+        "kvcache_preemptions_total",
+        "kvcache_prefix_cache_hit_ratio",
+        "kvcache_preemptions_per_second",
+        "kvcache_requests_running",
+        "kvcache_requests_waiting",
+        "kvcache_server_info",
+        "kvcache_engine_asleep",
+        "kvcache_theoretical_capacity_tokens",
+        "kvcache_capacity_efficiency_ratio",
+        "kvcache_time_until_full_seconds",
+        "kvcache_time_until_watermark_seconds",
+        "kvcache_demand_tokens",
+        "kvcache_fill_rate_tokens_per_second",
+        "kvcache_recommendation_info",
+        "kvcache_suggested_gpu_memory_utilization",
+        "kvcache_suggested_kv_cache_memory_bytes",
+        "kvcache_max_concurrent_requests",
+        "kvcache_capacity_shortfall_tokens",
+        "kvcache_suggested_replicas",
+        "kvcache_theoretical_bytes_per_token",
+        "kvcache_model_info",
+        "kvcache_sidecar_target_up",
+        "kvcache_sidecar_scrape_errors_total",
+        "kvcache_sidecar_last_success_timestamp_seconds",
+        "kvcache_sidecar_build_info",
+        "kvcache_sidecar_scrape_duration_seconds",
+        "kvcache_sidecar_config_changes_total",
+    }
+    recorded = {
+        r["record"]
+        for g in build_rule_groups(Thresholds(), RuleParams())["groups"]
+        for r in g["rules"]
+        if "record" in r
+    }
     for path in sorted(RUNBOOKS.glob("*.md")):
         names = set(re.findall(r"\b(?:[a-z_]+:)?kvcache_[a-z_]+(?::[a-z0-9_]+)?", path.read_text(encoding="utf-8")))
         unknown = {n for n in names if n not in exported and n not in recorded}

@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from fixtures import CPU_032 as VLLM_CPU
 from fixtures import MODEL_CONFIGS
+
 REPO = Path(__file__).resolve().parents[2]
 GiB = 1 << 30
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from capacity_fixtures import GiB, config_path
 
 from sidecar.capacity import (
     CapacityError,
+    activation_estimate_bytes,
     blocks_for,
     capacity_tokens,
     estimate_budget,
     exact_budget,
-    activation_estimate_bytes,
     kv_layout,
     load_model,
     max_concurrency,
@@ -22,8 +23,6 @@ from sidecar.capacity import (
     required_utilization,
     weights_bytes,
 )
-
-from capacity_fixtures import GiB, config_path
 
 
 @pytest.mark.parametrize(
@@ -61,12 +60,13 @@ def test_parse_memory_refuses(text):
 
 # ------------------------------------------------------------ weights
 
+
 @pytest.mark.parametrize(
     ("name", "measured_gib", "tolerance"),
     [
         # vLLM "Model loading took X GiB" in real logs (docs/capacity.md, "The budget")
         ("Llama-3.1-8B", 14.99, 0.01),
-        ("Qwen2.5-7B", 14.25, 0.01),          # Qwen2-7B has the same shape
+        ("Qwen2.5-7B", 14.25, 0.01),  # Qwen2-7B has the same shape
         # mxfp4 experts: 60.7 GiB from the shapes, 6 % under the log, because vLLM's MXFP4 MoE
         # kernels pad the experts to their tile (docs/capacity.md, "Weights")
         ("gpt-oss-120b", 64.4, 0.07),
@@ -107,6 +107,7 @@ def test_broken_safetensors_index_is_named(tmp_path):
 
 # ------------------------------------------------------------- budget
 
+
 def test_utilization_is_a_fraction_of_total_memory_not_of_what_is_left():
     """A common reading (docs/capacity.md, "Worked examples") gives KV 90% of (total − weights − overhead);
     vLLM takes total × 0.9 − the rest."""
@@ -114,8 +115,14 @@ def test_utilization_is_a_fraction_of_total_memory_not_of_what_is_left():
     layout = kv_layout(spec)
     total, w = 24 * 10**9, 16 * 10**9
     b = estimate_budget(
-        spec, layout, gpu_memory_bytes=total, gpu_memory_utilization=0.9,
-        weights=w, activation_bytes=10**9, non_torch_bytes=10**9, cudagraph_bytes=0,
+        spec,
+        layout,
+        gpu_memory_bytes=total,
+        gpu_memory_utilization=0.9,
+        weights=w,
+        activation_bytes=10**9,
+        non_torch_bytes=10**9,
+        cudagraph_bytes=0,
     )
     assert b.requested_bytes == int(total * 0.9)
     assert b.kv_budget_bytes == int(total * 0.9) - w - 2 * 10**9  # 3.6 GB
@@ -168,6 +175,7 @@ def test_budget_refusals():
 
 
 # ------------------------------------------------------------ inverse
+
 
 def test_required_kv_memory_round_trips_through_num_blocks():
     layout = kv_layout(load_model(config_path("Llama-3.1-8B")))

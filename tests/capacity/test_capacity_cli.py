@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from capacity_fixtures import REPO, VLLM_CPU, config_path
 
 from sidecar.capacity.budget import GiB
@@ -22,8 +21,16 @@ def capacity(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_table_reproduces_seed000():
-    out = capacity("--model-config", str(config_path("Llama-3.1-8B")), "--context-lengths", "4096,16384",
-                   "--concurrency", "1,8,32", "--kv-cache-memory-bytes", "6GiB")
+    out = capacity(
+        "--model-config",
+        str(config_path("Llama-3.1-8B")),
+        "--context-lengths",
+        "4096,16384",
+        "--concurrency",
+        "1,8,32",
+        "--kv-cache-memory-bytes",
+        "6GiB",
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "131,072 B (128.0 KiB) per rank" in text
@@ -39,13 +46,36 @@ def test_table_reproduces_seed000():
 
 
 def test_json_has_the_documented_keys():
-    out = capacity("--model-config", str(config_path("Qwen3-32B")), "-tp", "2", "--gpu-memory", "H100-80GB",
-                   "--kv-cache-dtype", "fp8", "--format", "json")
+    out = capacity(
+        "--model-config",
+        str(config_path("Qwen3-32B")),
+        "-tp",
+        "2",
+        "--gpu-memory",
+        "H100-80GB",
+        "--kv-cache-dtype",
+        "fp8",
+        "--format",
+        "json",
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    for key in ("bytes_per_token", "bytes_per_token_all_layers", "per_request_state_bytes", "layers", "kv_heads",
-                "head_dim", "attention", "kv_dtype", "block_size", "weights_bytes", "kv_budget_bytes",
-                "num_blocks", "capacity_tokens", "max_concurrency"):
+    for key in (
+        "bytes_per_token",
+        "bytes_per_token_all_layers",
+        "per_request_state_bytes",
+        "layers",
+        "kv_heads",
+        "head_dim",
+        "attention",
+        "kv_dtype",
+        "block_size",
+        "weights_bytes",
+        "kv_budget_bytes",
+        "num_blocks",
+        "capacity_tokens",
+        "max_concurrency",
+    ):
         assert key in data, key
     assert data["bytes_per_token"] == 262_144 // 2 // 2  # TP 2, fp8
     assert data["kv_dtype"] == "fp8" and data["attention"] == "gqa" and data["head_dim"] == 128
@@ -62,9 +92,22 @@ def test_json_without_budget_omits_budget_keys():
 
 
 def test_json_vllm_cpu_capture_figures():
-    out = capacity("--model-config", str(VLLM_CPU / "tiny-llama-gqa-bf16.config.json"), "--device", "cpu",
-                   "--max-model-len", "1024", "--kv-cache-memory-bytes", "6291456", "--context-lengths", "1024",
-                   "--format", "json", "--vllm-version", "0.32.0")
+    out = capacity(
+        "--model-config",
+        str(VLLM_CPU / "tiny-llama-gqa-bf16.config.json"),
+        "--device",
+        "cpu",
+        "--max-model-len",
+        "1024",
+        "--kv-cache-memory-bytes",
+        "6291456",
+        "--context-lengths",
+        "1024",
+        "--format",
+        "json",
+        "--vllm-version",
+        "0.32.0",
+    )
     data = json.loads(out.stdout)
     assert (data["num_blocks"], data["capacity_tokens"], data["logged_capacity_tokens"]) == (48, 6144, 6144)
     assert data["max_concurrency"] == 6.0
@@ -82,10 +125,16 @@ def grid_contexts(text: str) -> list[str]:
     return rows
 
 
-@pytest.mark.parametrize(("max_model_len", "expected"), [
-    (131072, [4096, 16384, 32768]), (32768, [4096, 16384, 32768]), (8192, [4096, 8192]),
-    (4096, [4096]), (2048, [2048]),
-])
+@pytest.mark.parametrize(
+    ("max_model_len", "expected"),
+    [
+        (131072, [4096, 16384, 32768]),
+        (32768, [4096, 16384, 32768]),
+        (8192, [4096, 8192]),
+        (4096, [4096]),
+        (2048, [2048]),
+    ],
+)
 def test_default_context_lengths_stop_at_max_model_len(max_model_len, expected):
     assert default_context_lengths(max_model_len) == expected
 
@@ -111,20 +160,37 @@ def test_measured_weights_replace_the_estimate():
     assert given["weights_bytes"] == given["budget"]["weights_bytes"] == int(64.4 * GiB)
     assert given["weights_source"] == "given" and estimated["weights_source"] == "config-shapes"
     # the KV budget shrinks by exactly the difference in weights
-    assert (estimated["kv_budget_bytes"] - given["kv_budget_bytes"]
-            == given["weights_bytes"] - estimated["weights_bytes"])
+    assert (
+        estimated["kv_budget_bytes"] - given["kv_budget_bytes"] == given["weights_bytes"] - estimated["weights_bytes"]
+    )
 
 
 def test_a_small_given_budget_prints_in_mib():
-    out = capacity("--model-config", str(VLLM_CPU / "tiny-llama-gqa-bf16.config.json"), "--device", "cpu",
-                   "--kv-cache-memory-bytes", "6MiB")
+    out = capacity(
+        "--model-config",
+        str(VLLM_CPU / "tiny-llama-gqa-bf16.config.json"),
+        "--device",
+        "cpu",
+        "--kv-cache-memory-bytes",
+        "6MiB",
+    )
     assert out.returncode == 0, out.stderr
     assert "Budget (given)  6.00 MiB of KV cache" in out.stdout
 
 
 def test_markdown_table_rows():
-    out = capacity("--model-config", str(config_path("Llama-2-7b-chat-hf")), "--context-lengths", "4096",
-                   "--concurrency", "1", "--kv-cache-dtype", "fp8", "--format", "markdown")
+    out = capacity(
+        "--model-config",
+        str(config_path("Llama-2-7b-chat-hf")),
+        "--context-lengths",
+        "4096",
+        "--concurrency",
+        "1",
+        "--kv-cache-dtype",
+        "fp8",
+        "--format",
+        "markdown",
+    )
     assert out.returncode == 0, out.stderr
     assert "| 1 | 4,096 | 1.00 |" in out.stdout  # 262,144 B/token × 4096 = 1 GiB
 
@@ -136,24 +202,55 @@ def test_markdown_table_rows():
         (["--model-config", "{bad}"], "--model-config"),
         (["--model-config", str(config_path("Llama-3.1-8B")), "-tp", "3"], "does not divide num_attention_heads 32"),
         (["--model-config", str(config_path("Llama-3.1-8B")), "--tp", "two"], "--tensor-parallel-size: 'two'"),
-        (["--model-config", str(config_path("Llama-3.1-70B-Instruct")), "--gpu-memory", "24GB"],
-         "leaves no memory for KV cache blocks"),
-        (["--model-config", str(config_path("Llama-2-7b-chat-hf")), "--context-lengths", "8192"],
-         "--context-lengths: 8,192 is above max_model_len 4,096 (lower it: that is the model's own limit)"),
-        (["--model-config", str(config_path("Llama-2-7b-chat-hf")), "--max-model-len", "2048",
-          "--context-lengths", "4096"], "raise --max-model-len up to the model's max_position_embeddings"),
-        (["--model-config", str(config_path("Llama-3.1-8B")), "--weights-memory", "lots"],
-         "--weights-memory: 'lots' is not a size"),
-        (["--model-config", str(config_path("Llama-2-7b-chat-hf")), "--max-model-len", "100000"],
-         "--max-model-len: 100000 is above the model's limit 4096"),
+        (
+            ["--model-config", str(config_path("Llama-3.1-70B-Instruct")), "--gpu-memory", "24GB"],
+            "leaves no memory for KV cache blocks",
+        ),
+        (
+            ["--model-config", str(config_path("Llama-2-7b-chat-hf")), "--context-lengths", "8192"],
+            "--context-lengths: 8,192 is above max_model_len 4,096 (lower it: that is the model's own limit)",
+        ),
+        (
+            [
+                "--model-config",
+                str(config_path("Llama-2-7b-chat-hf")),
+                "--max-model-len",
+                "2048",
+                "--context-lengths",
+                "4096",
+            ],
+            "raise --max-model-len up to the model's max_position_embeddings",
+        ),
+        (
+            ["--model-config", str(config_path("Llama-3.1-8B")), "--weights-memory", "lots"],
+            "--weights-memory: 'lots' is not a size",
+        ),
+        (
+            ["--model-config", str(config_path("Llama-2-7b-chat-hf")), "--max-model-len", "100000"],
+            "--max-model-len: 100000 is above the model's limit 4096",
+        ),
         (["--model-config", str(config_path("Llama-3.1-8B")), "--gpu-memory", "huge"], "--gpu-memory: 'huge'"),
-        (["--model-config", str(config_path("Llama-3.1-8B")), "--gpu-memory", "80GiB",
-          "--gpu-memory-utilization", "1.2"], "--gpu-memory-utilization: must be in (0, 1]"),
+        (
+            [
+                "--model-config",
+                str(config_path("Llama-3.1-8B")),
+                "--gpu-memory",
+                "80GiB",
+                "--gpu-memory-utilization",
+                "1.2",
+            ],
+            "--gpu-memory-utilization: must be in (0, 1]",
+        ),
         (["--model-config", str(config_path("Llama-3.1-8B")), "--kv-cache-dtype", "int3"], "--kv-cache-dtype: unknown"),
-        (["--model-config", str(config_path("Llama-3.1-8B")), "--dtype", "int8"], "--dtype: 'int8' is not a weight dtype"),
+        (
+            ["--model-config", str(config_path("Llama-3.1-8B")), "--dtype", "int8"],
+            "--dtype: 'int8' is not a weight dtype",
+        ),
         (["--model-config", str(config_path("Llama-3.1-8B")), "--block-size", "0"], "--block-size: must be at least 1"),
-        (["--model-config", str(config_path("Llama-3.1-8B")), "--kv-cache-memory-bytes", "-5"],
-         "--kv-cache-memory-bytes"),
+        (
+            ["--model-config", str(config_path("Llama-3.1-8B")), "--kv-cache-memory-bytes", "-5"],
+            "--kv-cache-memory-bytes",
+        ),
         (["--model-config", str(config_path("Llama-3.1-8B")), "--concurrency", "1,x"], "--concurrency: 'x'"),
     ],
 )
@@ -170,11 +267,20 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
 @pytest.mark.parametrize(
     ("config", "needle"),
     [
-        ({"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 768, "num_hidden_layers": 24},
-         "not supported: attention-free"),
+        (
+            {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 768, "num_hidden_layers": 24},
+            "not supported: attention-free",
+        ),
         ({"foo": 1}, "architectures: missing"),
-        ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32},
-         "num_hidden_layers: missing"),
+        (
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+            },
+            "num_hidden_layers: missing",
+        ),
     ],
 )
 def test_bad_configs(tmp_path, config, needle):

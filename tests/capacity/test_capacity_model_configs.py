@@ -5,10 +5,9 @@ fp8 and the naive values a `2 · L · kv_heads · hidden/heads · 2` calculator 
 from __future__ import annotations
 
 import pytest
+from capacity_fixtures import MODEL_CONFIGS, config_path
 
 from sidecar.capacity import CapacityError, kv_layout, layer_kinds, load_model
-
-from capacity_fixtures import MODEL_CONFIGS, config_path
 
 # name: (attention, growing-layer bytes/token, all-layers bytes/token) — docs/capacity.md, "Checked values".
 B3 = {
@@ -33,8 +32,9 @@ B3 = {
 
 def test_every_saved_config_is_covered():
     saved = {p.stem for p in MODEL_CONFIGS.glob("*.json")}
-    assert saved == set(B3), ("a config was added to or removed from tests/fixtures/model-configs; "
-                              "update B3 here and docs/capacity.md")
+    assert saved == set(B3), (
+        "a config was added to or removed from tests/fixtures/model-configs; update B3 here and docs/capacity.md"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(B3))
@@ -52,11 +52,11 @@ def test_bytes_per_token_matches_b3(name):
 # Naive: hidden/heads as head size, every layer full, num_key_value_heads as
 # stored (MLA: qk_nope + qk_rope per head, ×2). What the model must NOT give.
 NAIVE = {
-    "Qwen3-32B": 163_840,        # head 80 instead of 128: −37.5%
-    "Qwen3-30B-A3B": 49_152,     # head 64 instead of 128: −50%
-    "gemma-2-9b-it": 301_056,    # head 224 instead of 256, and sliding layers counted
-    "gemma-3-27b-it": 666_624,   # head 168 instead of 128
-    "gpt-oss-20b": 34_560,       # head 45 instead of 64
+    "Qwen3-32B": 163_840,  # head 80 instead of 128: −37.5%
+    "Qwen3-30B-A3B": 49_152,  # head 64 instead of 128: −50%
+    "gemma-2-9b-it": 301_056,  # head 224 instead of 256, and sliding layers counted
+    "gemma-3-27b-it": 666_624,  # head 168 instead of 128
+    "gpt-oss-20b": 34_560,  # head 45 instead of 64
     "DeepSeek-V3": 2 * 61 * 128 * 192 * 2,  # 128 KV heads × (128 + 64): ~85× too much
 }
 
@@ -98,18 +98,19 @@ def test_qwen3_next_hybrid_block_size_and_groups():
 
 # ------------------------------------------------------------------ TP
 
+
 @pytest.mark.parametrize(
     ("name", "tp", "per_rank"),
     [
-        ("Llama-3.1-70B-Instruct", 4, 81_920),   # docs/capacity.md: TP4 → 81,920 per rank
+        ("Llama-3.1-70B-Instruct", 4, 81_920),  # docs/capacity.md: TP4 → 81,920 per rank
         ("Llama-3.1-70B-Instruct", 8, 40_960),
         ("Llama-3.1-70B-Instruct", 16, 40_960),  # 8 KV heads: replicated beyond TP 8
         ("Llama-3.1-8B", 2, 65_536),
         ("Qwen3-32B", 8, 32_768),
         ("Qwen2.5-7B", 4, 14_336),
-        ("Qwen2.5-7B", 28, 14_336),              # 4 KV heads, TP 28 → still 1 head per rank
+        ("Qwen2.5-7B", 28, 14_336),  # 4 KV heads, TP 28 → still 1 head per rank
         ("Llama-2-7b-chat-hf", 32, 16_384),
-        ("DeepSeek-V3", 8, 70_272),              # MLA latent is not split by TP
+        ("DeepSeek-V3", 8, 70_272),  # MLA latent is not split by TP
         ("Kimi-K2-Instruct.abridged", 16, 70_272),
         ("gpt-oss-120b", 8, 4_608),
     ],
@@ -136,6 +137,7 @@ def test_pipeline_parallel_uses_vllm_split():
 
 
 # ----------------------------------------------------------------- fp8
+
 
 @pytest.mark.parametrize(
     ("name", "fp8"),

@@ -9,6 +9,7 @@ and the INT8 (1-byte) row.
 from __future__ import annotations
 
 import pytest
+from capacity_fixtures import GiB, config_path
 
 from sidecar.capacity import (
     capacity_tokens,
@@ -23,8 +24,6 @@ from sidecar.capacity import (
     usable_tokens,
     weights_bytes,
 )
-
-from capacity_fixtures import GiB, config_path
 
 # Llama-3-8B has no saved config; the saved Llama-3.1-8B copy has the same
 # shape (32 layers, 32 heads, 8 KV heads, head_dim 128, bf16), see SOURCES.md.
@@ -90,10 +89,16 @@ def test_seed000_24gb_card(llama3):
 
 def test_seed001_mha_example():
     """32 layers, hidden 4096, MHA: 8 × 4096 tokens = 16.0 GiB (≈ 17.2 GB)."""
-    spec = spec_from_dict({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 32,
-        "hidden_size": 4096, "num_attention_heads": 32, "torch_dtype": "float16",
-    })
+    spec = spec_from_dict(
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "num_hidden_layers": 32,
+            "hidden_size": 4096,
+            "num_attention_heads": 32,
+            "torch_dtype": "float16",
+        }
+    )
     layout = kv_layout(spec)
     assert layout.attention == "mha"  # no num_key_value_heads → MHA, not GQA
     total = layout.bytes_per_token * 8 * 4096

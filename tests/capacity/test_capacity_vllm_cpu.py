@@ -11,6 +11,7 @@ same figures, which are read here from the real exposition text.
 from __future__ import annotations
 
 import pytest
+from capacity_fixtures import VLLM_CPU
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.capacity import (
@@ -22,8 +23,6 @@ from sidecar.capacity import (
     num_blocks,
     usable_tokens,
 )
-
-from capacity_fixtures import VLLM_CPU
 
 
 def cache_config_info(capture: str) -> dict[str, str]:

@@ -41,5 +41,3 @@ def cache_config(capture: str) -> dict[str, str]:
     """The labels of ``vllm:cache_config_info`` (engine 0)."""
     fam = _families(capture)["vllm:cache_config_info"]
     return dict(fam.samples[0].labels)
-
-

@@ -20,25 +20,45 @@ SCENARIOS = {
     "asleep at a huge peak": (dict(asleep=True, peak_demand_tokens=500_000), "none", "engine_asleep"),
     "warming up": (dict(asleep=False, peak_demand_tokens=None), "none", "insufficient_data"),
     "peak at target": (dict(asleep=False, peak_demand_tokens=0.75 * 98_288), "none", "within_target"),
-    "peak at 0.79 (inside the dead band)": (dict(asleep=False, peak_demand_tokens=0.79 * 98_288),
-                                            "none", "within_target"),
+    "peak at 0.79 (inside the dead band)": (
+        dict(asleep=False, peak_demand_tokens=0.79 * 98_288),
+        "none",
+        "within_target",
+    ),
     # 0.9 x 98,288 = 88,459 -> C* = (cdiv(117,946, 16) + 1) x 16 = 117,968 <= 131,072
-    "peak at 0.9, room up to hi": (dict(asleep=False, peak_demand_tokens=0.9 * 98_288),
-                                   "raise_gpu_memory_utilization", "peak_above_target"),
+    "peak at 0.9, room up to hi": (
+        dict(asleep=False, peak_demand_tokens=0.9 * 98_288),
+        "raise_gpu_memory_utilization",
+        "peak_above_target",
+    ),
     # C* = 160,016 > 131,072, but fp8 gives 262,144
-    "peak beyond hi, bf16 KV": (dict(asleep=False, peak_demand_tokens=120_000, kv_dtype_bytes=2),
-                                "enable_fp8_kv_cache", "shortfall_fp8_covers"),
-    "peak beyond hi, already fp8": (dict(asleep=False, peak_demand_tokens=120_000, kv_dtype_bytes=1),
-                                    "add_replicas", "shortfall_at_upper_bound"),
+    "peak beyond hi, bf16 KV": (
+        dict(asleep=False, peak_demand_tokens=120_000, kv_dtype_bytes=2),
+        "enable_fp8_kv_cache",
+        "shortfall_fp8_covers",
+    ),
+    "peak beyond hi, already fp8": (
+        dict(asleep=False, peak_demand_tokens=120_000, kv_dtype_bytes=1),
+        "add_replicas",
+        "shortfall_at_upper_bound",
+    ),
     # C* = 266,688 > 2 x 131,072
-    "peak beyond even fp8": (dict(asleep=False, peak_demand_tokens=200_000, kv_dtype_bytes=2),
-                             "add_replicas", "shortfall_at_upper_bound"),
-    "peak at 0.3": (dict(asleep=False, peak_demand_tokens=0.3 * 98_288),
-                    "lower_gpu_memory_utilization", "peak_below_target"),
+    "peak beyond even fp8": (
+        dict(asleep=False, peak_demand_tokens=200_000, kv_dtype_bytes=2),
+        "add_replicas",
+        "shortfall_at_upper_bound",
+    ),
+    "peak at 0.3": (
+        dict(asleep=False, peak_demand_tokens=0.3 * 98_288),
+        "lower_gpu_memory_utilization",
+        "peak_below_target",
+    ),
     # one 98,288-token request needs (6143 + 1) blocks = the whole pool: cannot shrink it
-    "peak at 0.3, max_model_len fills the pool": (dict(asleep=False, peak_demand_tokens=0.3 * 98_288,
-                                                       max_model_len=98_288),
-                                                  "lower_max_model_len", "max_model_len_blocks_lowering"),
+    "peak at 0.3, max_model_len fills the pool": (
+        dict(asleep=False, peak_demand_tokens=0.3 * 98_288, max_model_len=98_288),
+        "lower_max_model_len",
+        "max_model_len_blocks_lowering",
+    ),
 }
 
 
@@ -53,8 +73,14 @@ def test_every_reason_has_a_scenario():
 
 
 def test_actions_hold_the_issues_set():
-    assert set(ACTIONS) >= {"none", "raise_gpu_memory_utilization", "lower_gpu_memory_utilization",
-                            "enable_fp8_kv_cache", "add_replicas", "lower_max_model_len"}
+    assert set(ACTIONS) >= {
+        "none",
+        "raise_gpu_memory_utilization",
+        "lower_gpu_memory_utilization",
+        "enable_fp8_kv_cache",
+        "add_replicas",
+        "lower_max_model_len",
+    }
     assert len(set(ACTIONS)) == len(ACTIONS)
 
 
@@ -70,11 +96,24 @@ def test_docs_list_exactly_the_actions_and_reasons():
 
 def test_kv_cache_memory_bytes_mode_names_the_setting_vllm_obeys():
     # real gqa-6mib_full-b: demand 49,792 tokens on a 6144-token pool set by --kv-cache-memory-bytes
-    rec = recommend(asleep=False, peak_demand_tokens=49_792, capacity_tokens=6144, block_size=128,
-                    target_usage=0.75, memory_mode="kv_cache_memory_bytes")
+    rec = recommend(
+        asleep=False,
+        peak_demand_tokens=49_792,
+        capacity_tokens=6144,
+        block_size=128,
+        target_usage=0.75,
+        memory_mode="kv_cache_memory_bytes",
+    )
     assert rec == Recommendation("raise_kv_cache_memory_bytes", "peak_above_target")
-    low = recommend(asleep=False, peak_demand_tokens=500, capacity_tokens=6144, block_size=128,
-                    target_usage=0.75, memory_mode="kv_cache_memory_bytes", max_model_len=1024)
+    low = recommend(
+        asleep=False,
+        peak_demand_tokens=500,
+        capacity_tokens=6144,
+        block_size=128,
+        target_usage=0.75,
+        memory_mode="kv_cache_memory_bytes",
+        max_model_len=1024,
+    )
     assert low == Recommendation("lower_kv_cache_memory_bytes", "peak_below_target")
 
 

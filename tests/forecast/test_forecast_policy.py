@@ -22,10 +22,24 @@ WATCHED = 3600.0  # a whole peak window: the gate is open
 NON_KV = NonKVBytes(weights=15 * GiB, activation=1.5 * GiB, non_torch=0.5 * GiB, cudagraph=0.0)
 
 
-def model(*, gpu_memory: float | None = M, non_kv: NonKVBytes = NON_KV, kv_dtype_bytes: float = 2, kv_heads: int = 8,
-          attention: str = "gqa", tp: int = 1) -> ServedModel:
-    return ServedModel(bytes_per_token=BPT, kv_dtype_bytes=kv_dtype_bytes, kv_heads=kv_heads, attention=attention,
-                       tensor_parallel=tp, gpu_memory_bytes=gpu_memory, non_kv_bytes=lambda: non_kv)
+def model(
+    *,
+    gpu_memory: float | None = M,
+    non_kv: NonKVBytes = NON_KV,
+    kv_dtype_bytes: float = 2,
+    kv_heads: int = 8,
+    attention: str = "gqa",
+    tp: int = 1,
+) -> ServedModel:
+    return ServedModel(
+        bytes_per_token=BPT,
+        kv_dtype_bytes=kv_dtype_bytes,
+        kv_heads=kv_heads,
+        attention=attention,
+        tensor_parallel=tp,
+        gpu_memory_bytes=gpu_memory,
+        non_kv_bytes=lambda: non_kv,
+    )
 
 
 def never() -> NonKVBytes:
@@ -37,8 +51,7 @@ def by_utilization(u0: float = 0.85, **kw: object) -> Pool:
 
 
 def by_bytes(kv_bytes: float = C0 * BPT, **kw: object) -> Pool:
-    return Pool(capacity_tokens=C0, block_size=16, kv_cache_memory_bytes=kv_bytes, gpu_memory_utilization=0.9,
-                **kw)  # type: ignore[arg-type]
+    return Pool(capacity_tokens=C0, block_size=16, kv_cache_memory_bytes=kv_bytes, gpu_memory_utilization=0.9, **kw)  # type: ignore[arg-type]
 
 
 # --- memory mode: gpu_memory_utilization ------------------------------------------------------------------
@@ -46,8 +59,15 @@ def by_bytes(kv_bytes: float = C0 * BPT, **kw: object) -> Pool:
 
 def test_raise_utilization_with_the_configured_gpu_memory():
     # peak 98,292 at 0.75 -> C* = 131,072 tokens; u* = 0.85 + 32,768 / 655,360 = 0.90
-    served = ServedModel(bytes_per_token=BPT, kv_dtype_bytes=2, kv_heads=8, attention="gqa", tensor_parallel=1,
-                         gpu_memory_bytes=M, non_kv_bytes=never)
+    served = ServedModel(
+        bytes_per_token=BPT,
+        kv_dtype_bytes=2,
+        kv_heads=8,
+        attention="gqa",
+        tensor_parallel=1,
+        gpu_memory_bytes=M,
+        non_kv_bytes=never,
+    )
     a = advise(peak_demand_tokens=98_292, watched_s=WATCHED, pool=by_utilization(), model=served, settings=SETTINGS)
     assert a.recommendation == Recommendation("raise_gpu_memory_utilization", "peak_above_target")
     basis, u = a.suggested_gpu_memory_utilization
@@ -60,8 +80,13 @@ def test_raise_utilization_with_the_configured_gpu_memory():
 def test_gpu_memory_is_inferred_from_the_pool_when_not_configured():
     # 450,560 tokens x 131,072 B = 55 GiB of KV + 17 GiB non-KV = 72 GiB = 0.9 x M -> M = 80 GiB
     pool = Pool(capacity_tokens=450_560, block_size=16, gpu_memory_utilization=0.9)
-    a = advise(peak_demand_tokens=0.9 * (450_560 - 16), watched_s=WATCHED, pool=pool, model=model(gpu_memory=None),
-               settings=SETTINGS)
+    a = advise(
+        peak_demand_tokens=0.9 * (450_560 - 16),
+        watched_s=WATCHED,
+        pool=pool,
+        model=model(gpu_memory=None),
+        settings=SETTINGS,
+    )
     basis, u = a.suggested_gpu_memory_utilization
     assert basis == "inferred"
     assert u == 0.95  # C* = 540,672 needs 0.9 + 90,112 / 655,360 = 1.04: clamped to hi
@@ -109,8 +134,9 @@ def test_kv_cache_memory_bytes_capped_by_the_gpu_with_shortfall_replicas_and_lev
 def test_the_budget_vllm_runs_with_now_is_never_above_the_cap():
     # estimates saying the GPU has no room left (non-KV > 0.95 x M) still allow today's 12 GiB
     huge = NonKVBytes(weights=80 * GiB, activation=0.0, non_torch=0.0, cudagraph=0.0)
-    a = advise(peak_demand_tokens=120_000, watched_s=WATCHED, pool=by_bytes(), model=model(non_kv=huge),
-               settings=SETTINGS)
+    a = advise(
+        peak_demand_tokens=120_000, watched_s=WATCHED, pool=by_bytes(), model=model(non_kv=huge), settings=SETTINGS
+    )
     assert a.suggested_kv_cache_memory_bytes == 12 * GiB
     assert a.capacity_shortfall_tokens == 160_016 - C0
 
@@ -122,8 +148,13 @@ def test_levers_left_out_when_they_cannot_help():
     heavy = NonKVBytes(weights=60 * GiB, activation=1.5 * GiB, non_torch=0.5 * GiB, cudagraph=0.0)
     # fp8 already, MLA (one latent head), and max_model_len already below what 10 requests would allow
     served = model(non_kv=heavy, kv_dtype_bytes=1, attention="mla", kv_heads=8)
-    a = advise(peak_demand_tokens=120_000, watched_s=WATCHED, pool=by_bytes(requests_running=10, max_model_len=8192),
-               model=served, settings=SETTINGS)
+    a = advise(
+        peak_demand_tokens=120_000,
+        watched_s=WATCHED,
+        pool=by_bytes(requests_running=10, max_model_len=8192),
+        model=served,
+        settings=SETTINGS,
+    )
     assert a.capacity_shortfall_tokens == 160_016 - 114_688
     assert a.lever_capacity_tokens == {}
     assert a.recommendation == Recommendation("add_replicas", "shortfall_at_upper_bound")

@@ -244,15 +244,21 @@ _finite = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e12, max_
 
 
 @given(
-    trends=st.lists(st.one_of(st.none(), st.builds(Trend, window_s=st.sampled_from([600.0, 1200.0, 2400.0]),
-                                                   rate=_finite, level=_finite)), max_size=3),
-    demand=st.floats(min_value=0, max_value=1e12), free=st.floats(min_value=0, max_value=1e12),
+    trends=st.lists(
+        st.one_of(
+            st.none(), st.builds(Trend, window_s=st.sampled_from([600.0, 1200.0, 2400.0]), rate=_finite, level=_finite)
+        ),
+        max_size=3,
+    ),
+    demand=st.floats(min_value=0, max_value=1e12),
+    free=st.floats(min_value=0, max_value=1e12),
     headroom=st.floats(min_value=0, max_value=1e12),
 )
 def test_earliest_full_is_never_negative_or_nan(trends, demand, free, headroom):
     """What the daemon exports: the earliest of several windows, measured from each window's peak level."""
-    _, until_full, until_mark = earliest_full(trends, demand=demand, free_tokens=free, headroom_tokens=headroom,
-                                              block_size=16)
+    _, until_full, until_mark = earliest_full(
+        trends, demand=demand, free_tokens=free, headroom_tokens=headroom, block_size=16
+    )
     for out in (until_full, until_mark):
         assert out is None or (out >= 0 and not math.isnan(out))
 
@@ -284,12 +290,31 @@ def test_waiting_requests_count_only_above_the_watermark():
     per_request = mean_request_kv_tokens(512, 500)
     assert per_request == 762.0
     # 762 tokens -> 6 whole blocks of 128 = 768 per waiting request
-    demand = demand_tokens(used_tokens=5632, usage_ratio=0.936, watermark=0.9, waiting_capacity_requests=56,
-                           mean_request_tokens=per_request, block_size=128)
+    demand = demand_tokens(
+        used_tokens=5632,
+        usage_ratio=0.936,
+        watermark=0.9,
+        waiting_capacity_requests=56,
+        mean_request_tokens=per_request,
+        block_size=128,
+    )
     assert demand == 5632 + 56 * 768
     # same queue at usage 0.4 (held by max_num_seqs / token budget): not KV demand
-    assert demand_tokens(used_tokens=2432, usage_ratio=0.4, watermark=0.9, waiting_capacity_requests=56,
-                         mean_request_tokens=per_request, block_size=128) == 2432
+    assert (
+        demand_tokens(
+            used_tokens=2432,
+            usage_ratio=0.4,
+            watermark=0.9,
+            waiting_capacity_requests=56,
+            mean_request_tokens=per_request,
+            block_size=128,
+        )
+        == 2432
+    )
     # no request length known yet: used only
-    assert demand_tokens(used_tokens=5632, usage_ratio=0.936, watermark=0.9, waiting_capacity_requests=56,
-                         mean_request_tokens=None) == 5632
+    assert (
+        demand_tokens(
+            used_tokens=5632, usage_ratio=0.936, watermark=0.9, waiting_capacity_requests=56, mean_request_tokens=None
+        )
+        == 5632
+    )

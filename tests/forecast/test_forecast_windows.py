@@ -19,8 +19,9 @@ def test_a_slow_ramp_is_noise_to_the_short_window_and_a_fill_to_the_long_ones():
     # The peaks' line 1500 + t stands at 3900 now; the newest sample (t = 2400, no spike) is 3400.
     assert long.level == pytest.approx(3900.0)
     demand, free = pts[-1][1], 10_000 - pts[-1][1]
-    best, until_full, until_mark = earliest_full([short, mid, long], demand=demand, free_tokens=free,
-                                                 headroom_tokens=free - 1000, block_size=16)
+    best, until_full, until_mark = earliest_full(
+        [short, mid, long], demand=demand, free_tokens=free, headroom_tokens=free - 1000, block_size=16
+    )
     # free 6600 tokens, of which the peaks already take 3900 - 3400 = 500: 6100 s at 1 token/s.
     assert until_full == pytest.approx(6100.0)
     assert until_mark == pytest.approx(5100.0)
@@ -34,8 +35,13 @@ def test_a_flat_load_with_the_same_spikes_is_quiet_in_every_window():
     pts = [(t, y - t) for t, y in slow_ramp(2400)]  # same peaks, no rise
     for w in (600, 1200, 2400):
         assert trend_over(pts, 2400.0, w).rate <= 0.0, w
-    best, until_full, _ = earliest_full([trend_over(pts, 2400.0, w) for w in (600, 1200, 2400)],
-                                        demand=1000.0, free_tokens=9000.0, headroom_tokens=8000.0, block_size=16)
+    best, until_full, _ = earliest_full(
+        [trend_over(pts, 2400.0, w) for w in (600, 1200, 2400)],
+        demand=1000.0,
+        free_tokens=9000.0,
+        headroom_tokens=8000.0,
+        block_size=16,
+    )
     assert until_full == math.inf and best is not None
 
 
@@ -47,7 +53,13 @@ def test_each_window_reads_only_its_own_samples():
 
 
 def test_no_trend_yet_still_says_full_when_one_block_is_left():
-    assert earliest_full([None, None], demand=5000.0, free_tokens=16.0, headroom_tokens=0.0,
-                         block_size=16) == (None, 0.0, 0.0)
-    assert earliest_full([], demand=5000.0, free_tokens=4096.0, headroom_tokens=1000.0,
-                         block_size=16) == (None, None, None)
+    assert earliest_full([None, None], demand=5000.0, free_tokens=16.0, headroom_tokens=0.0, block_size=16) == (
+        None,
+        0.0,
+        0.0,
+    )
+    assert earliest_full([], demand=5000.0, free_tokens=4096.0, headroom_tokens=1000.0, block_size=16) == (
+        None,
+        None,
+        None,
+    )

@@ -36,8 +36,10 @@ def test_fires_before_the_first_preemption_on_a_ramp():
     trace = _one("ramp-10m", 1)
     fc = bench.outcome(bench.FORECAST_RULE, trace)
     static = bench.outcome(bench.STATIC_RULE, trace)
-    print(f"\nramp-10m seed 1: first preemption {trace.first_preemption / 60:.1f} min; forecast lead "
-          f"{bench.fmt_lead(fc.lead_min)} min, static lead {bench.fmt_lead(static.lead_min)} min")
+    print(
+        f"\nramp-10m seed 1: first preemption {trace.first_preemption / 60:.1f} min; forecast lead "
+        f"{bench.fmt_lead(fc.lead_min)} min, static lead {bench.fmt_lead(static.lead_min)} min"
+    )
     assert trace.preemptions > 0 and trace.first_preemption is not None
     assert fc.lead_min is not None and fc.lead_min > 0
     assert fc.firing_at_preemption

@@ -54,9 +54,14 @@ SIM_STEP_S = 5.0  # simulated seconds between scrapes
 SIM_SPAN_S = 50.0  # simulated seconds scraped
 SPEEDS = {"slow": 1.0, "fast": 20.0}
 #: The gauges compared (the forecast's, and the base ones they rest on).
-GAUGES = ("kvcache_usage_ratio", "kvcache_used_tokens", "kvcache_demand_tokens",
-          "kvcache_fill_rate_tokens_per_second", "kvcache_time_until_full_seconds",
-          "kvcache_time_until_watermark_seconds")
+GAUGES = (
+    "kvcache_usage_ratio",
+    "kvcache_used_tokens",
+    "kvcache_demand_tokens",
+    "kvcache_fill_rate_tokens_per_second",
+    "kvcache_time_until_full_seconds",
+    "kvcache_time_until_watermark_seconds",
+)
 FORECAST = {"window": "10m"}
 MODEL = SimConfig().model_name
 
@@ -71,8 +76,18 @@ def _free_port() -> int:
 def _simulator(speed: float, log: Path):
     port = _free_port()
     exe = Path(sys.executable).parent / "kv-sidecar"
-    argv = [str(exe), "simulate", "--port", str(port), "--scenario", SCENARIO, "--seed", str(SEED),
-            "--speed", f"{speed:g}"]
+    argv = [
+        str(exe),
+        "simulate",
+        "--port",
+        str(port),
+        "--scenario",
+        SCENARIO,
+        "--seed",
+        str(SEED),
+        "--speed",
+        f"{speed:g}",
+    ]
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -131,26 +146,28 @@ def _same(a: float | None, b: float | None) -> bool:
 
 def test_same_gauges_at_speed_1_and_20(tmp_path: Path):
     n = int(SIM_SPAN_S / SIM_STEP_S) + 1
-    with _simulator(SPEEDS["slow"], tmp_path / "sim-slow.log") as slow_url, \
-            _simulator(SPEEDS["fast"], tmp_path / "sim-fast.log") as fast_url:
+    with (
+        _simulator(SPEEDS["slow"], tmp_path / "sim-slow.log") as slow_url,
+        _simulator(SPEEDS["fast"], tmp_path / "sim-fast.log") as fast_url,
+    ):
         cfg = tmp_path / "sidecar.yaml"
         cfg.write_text(
             "scrape: {interval: 5s}\n"  # scrapes are driven below; 5 s keeps the default 4 s timeout
-
             f"forecast: {{window: {FORECAST['window']}}}\n"
             "targets:\n"
             f"  - {{name: slow, url: '{slow_url}', clock: simulated}}\n"
-            f"  - {{name: fast, url: '{fast_url}', clock: simulated}}\n")
+            f"  - {{name: fast, url: '{fast_url}', clock: simulated}}\n"
+        )
         config = load_config(str(cfg), env={})
         # One daemon per target, as deployed (one sidecar per vLLM pod).
-        sidecars = {t.name: Sidecar(replace(config, targets=(t,)), build_extenders(config))
-                    for t in config.targets}
+        sidecars = {t.name: Sidecar(replace(config, targets=(t,)), build_extenders(config)) for t in config.targets}
 
         async def both():
             try:
                 return await asyncio.gather(
                     _drive(sidecars["slow"], "slow", SIM_STEP_S / SPEEDS["slow"], n),
-                    _drive(sidecars["fast"], "fast", SIM_STEP_S / SPEEDS["fast"], n))
+                    _drive(sidecars["fast"], "fast", SIM_STEP_S / SPEEDS["fast"], n),
+                )
             finally:
                 for s in sidecars.values():
                     await s.aclose()
@@ -163,8 +180,9 @@ def test_same_gauges_at_speed_1_and_20(tmp_path: Path):
         assert times == sorted(times) and times[-1] - times[0] >= SIM_SPAN_S - 2 * SIM_STEP_S, (name, times)
         for (t, got), want in zip(run, _reference(times), strict=False):
             for g in GAUGES:
-                assert _same(got[g], want[g]), \
+                assert _same(got[g], want[g]), (
                     f"{name} (speed {SPEEDS[name]:g}) at t={t:.3f}: {g} {got[g]} != {want[g]}"
+                )
         rates = [v["kvcache_fill_rate_tokens_per_second"] for _, v in run]
         assert any(r is not None and r > 0 for r in rates), f"{name}: the fill rate was never published: {rates}"
 
@@ -185,6 +203,8 @@ def test_same_gauges_at_speed_1_and_20(tmp_path: Path):
             assert 1 / 2 <= a / b <= 2, f"{g} at t={t:.1f}/{tf:.1f}: speed 1 {a}, speed 20 {b}"
             compared += 1
     assert pairs >= 5 and compared >= 3, f"too few pairs ({pairs}) or forecasts ({compared}) compared: {runs}"
-    print(f"\nspeed 1 vs 20 ({SCENARIO}, seed {SEED}): {len(runs['slow'])} + {len(runs['fast'])} scrapes, "
-          f"{compared} forecast pairs compared; last: "
-          f"{ {k: (runs['slow'][-1][1][k], runs['fast'][-1][1][k]) for k in GAUGES} }")
+    print(
+        f"\nspeed 1 vs 20 ({SCENARIO}, seed {SEED}): {len(runs['slow'])} + {len(runs['fast'])} scrapes, "
+        f"{compared} forecast pairs compared; last: "
+        f"{ {k: (runs['slow'][-1][1][k], runs['fast'][-1][1][k]) for k in GAUGES} }"
+    )

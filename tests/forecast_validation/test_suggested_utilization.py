@@ -33,11 +33,15 @@ pytestmark = pytest.mark.timeout(120)
 
 def _run(sim: Simulator, peak_window: str | None = None) -> tuple[Replay, list[tuple[float, float, float]]]:
     """Replay the whole scenario; (t, usage, demand) at every 5-s scrape."""
-    replay = Replay(sim, replay_config(model_config=str(MODEL), gpu_memory="80GiB", target_usage=TARGET,
-                                       peak_window=peak_window))
+    replay = Replay(
+        sim, replay_config(model_config=str(MODEL), gpu_memory="80GiB", target_usage=TARGET, peak_window=peak_window)
+    )
     rows: list[tuple[float, float, float]] = []
-    replay.run_until(LIBRARY[sim.scenario.name].duration_s, every=5.0, on_sample=lambda r: rows.append(
-        (r.now, r.gauge("kvcache_usage_ratio"), r.gauge("kvcache_demand_tokens"))))
+    replay.run_until(
+        LIBRARY[sim.scenario.name].duration_s,
+        every=5.0,
+        on_sample=lambda r: rows.append((r.now, r.gauge("kvcache_usage_ratio"), r.gauge("kvcache_demand_tokens"))),
+    )
     return replay, rows
 
 
@@ -46,8 +50,10 @@ def _check_peak_at_target(label: str, rows_before, after: Replay, rows_after) ->
     peak_t = max(rows_before, key=lambda r: r[2])[0]
     at_peak = dict((t, usage) for t, usage, _ in rows_after)[peak_t]
     top = max(x for _, x, _ in rows_after)
-    print(f"\n{label} -> {after.sim.num_blocks} blocks: usage at the peak (t={peak_t:.0f}s) {at_peak:.3f}, "
-          f"max {top:.3f}, {after.sim.preemptions} preemptions")
+    print(
+        f"\n{label} -> {after.sim.num_blocks} blocks: usage at the peak (t={peak_t:.0f}s) {at_peak:.3f}, "
+        f"max {top:.3f}, {after.sim.preemptions} preemptions"
+    )
     assert abs(at_peak - TARGET) <= TOLERANCE, at_peak
     assert top <= TARGET + TOLERANCE
     assert after.sim.preemptions == 0
@@ -64,8 +70,9 @@ def _quiet_capacity_warning():
 
 def test_sizing_model_matches_the_simulator():
     """Premise: the bytes per token the sidecar derives from config.json are the simulator's."""
-    replay = Replay(Simulator(SERVER, scenario="steady-high", seed=1),
-                    replay_config(model_config=str(MODEL), gpu_memory="80GiB"))
+    replay = Replay(
+        Simulator(SERVER, scenario="steady-high", seed=1), replay_config(model_config=str(MODEL), gpu_memory="80GiB")
+    )
     replay.run_until(30.0)
     assert replay.gauge("kvcache_theoretical_bytes_per_token") == SERVER.kv_bytes_per_token == 131072
     assert replay.gauge("kvcache_capacity_tokens") == SERVER.num_blocks * SERVER.block_size == 7374 * 16
@@ -77,11 +84,18 @@ def test_applied_suggestion_puts_the_peak_at_target_usage():
     assert first.sim.preemptions > 0 and max(u for _, u, _ in rows) > 0.99  # premise: it saturates
     u = first.gauge("kvcache_suggested_gpu_memory_utilization", basis="configured")
     assert u is not None and 0.5 < u < 0.95, u  # inside the clamp range: a real answer, not a bound
-    assert first.gauge("kvcache_recommendation_info", action="raise_gpu_memory_utilization",
-                       reason="peak_above_target") == 1.0
+    assert (
+        first.gauge("kvcache_recommendation_info", action="raise_gpu_memory_utilization", reason="peak_above_target")
+        == 1.0
+    )
     again, rows2 = _run(first.sim.with_gpu_memory_utilization(u))
-    _check_peak_at_target(f"steady-high seed 1: {SERVER.num_blocks} blocks at u=0.43, {first.sim.preemptions} "
-                          f"preemptions; suggested u*={u:.4f}", rows, again, rows2)
+    _check_peak_at_target(
+        f"steady-high seed 1: {SERVER.num_blocks} blocks at u=0.43, {first.sim.preemptions} "
+        f"preemptions; suggested u*={u:.4f}",
+        rows,
+        again,
+        rows2,
+    )
 
 
 def test_heavy_saturation_overshoots_once_then_the_advice_converges_to_target_usage():
@@ -106,9 +120,16 @@ def test_heavy_saturation_overshoots_once_then_the_advice_converges_to_target_us
     assert peak2 <= TARGET + TOLERANCE
 
     u2 = second.gauge("kvcache_suggested_gpu_memory_utilization", basis="configured")
-    assert second.gauge("kvcache_recommendation_info", action="lower_gpu_memory_utilization",
-                        reason="peak_below_target") == 1.0
+    assert (
+        second.gauge("kvcache_recommendation_info", action="lower_gpu_memory_utilization", reason="peak_below_target")
+        == 1.0
+    )
     assert u2 is not None and 0.5 < u2 < u1, (u1, u2)  # inside the clamp range: a real answer
     third, rows3 = _run(second.sim.with_gpu_memory_utilization(u2), peak_window="30m")
-    _check_peak_at_target(f"burst-3x-5m seed 1: {first.sim.preemptions} preemptions at u=0.42; u1*={u1:.4f} -> "
-                          f"peak {peak2:.3f}, 0 preemptions; u2*={u2:.4f}", rows2, third, rows3)
+    _check_peak_at_target(
+        f"burst-3x-5m seed 1: {first.sim.preemptions} preemptions at u=0.42; u1*={u1:.4f} -> "
+        f"peak {peak2:.3f}, 0 preemptions; u2*={u2:.4f}",
+        rows2,
+        third,
+        rows3,
+    )

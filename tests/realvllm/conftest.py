@@ -40,12 +40,10 @@ from realvllm_harness import (  # noqa: E402
 #: 4 MiB / (1024 B × 128) = 32 blocks of 128 = 4096 tokens, 31 usable: a handful of 656-token
 #: requests fill it. Dev mode adds /pause and /resume (the saturation test freezes the scheduler
 #: to read a still gauge).
-GQA = dict(spec="gqa-bf16", max_model_len=1024, kv_cache_memory_bytes=4 * 1024 * 1024, block_size=None,
-           dev_mode=True)
+GQA = dict(spec="gqa-bf16", max_model_len=1024, kv_cache_memory_bytes=4 * 1024 * 1024, block_size=None, dev_mode=True)
 #: MHA float32-config Llama (served as bf16, 1536 B/token) at block 64 with a deliberately
 #: non-round budget, so the exact capacity depends on the floor divisions being right.
-MHA = dict(spec="mha-f32", max_model_len=1024, kv_cache_memory_bytes=3_000_000, block_size=64,
-           dev_mode=False)
+MHA = dict(spec="mha-f32", max_model_len=1024, kv_cache_memory_bytes=3_000_000, block_size=64, dev_mode=False)
 
 _SKIPS: list[str] = []
 #: Measured figures (start times, capacities, ratios), printed in the terminal summary.
@@ -58,9 +56,11 @@ def _skip_or_fail(reason: str) -> None:
         _SKIPS.append(message)
         pytest.skip(message)
     if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true but no real vLLM: {reason}. "
-                    "CI must run the real-vLLM tests; set KV_SIDECAR_SKIP_VLLM=1 only to skip them on purpose.",
-                    pytrace=False)
+        pytest.fail(
+            f"CI=true but no real vLLM: {reason}. "
+            "CI must run the real-vLLM tests; set KV_SIDECAR_SKIP_VLLM=1 only to skip them on purpose.",
+            pytrace=False,
+        )
     message = f"REAL vLLM TESTS SKIPPED: {reason}"
     _SKIPS.append(message)
     pytest.skip(message)
@@ -103,11 +103,17 @@ def tiny_model(vllm_python: Path, realvllm_tmp: Path):
         if spec not in made:
             out = realvllm_tmp / "models" / spec
             started = time.monotonic()
-            result = subprocess.run([str(vllm_python), str(TINYMODEL), "--spec", spec, "--out", str(out)],
-                                    capture_output=True, text=True, timeout=300)
+            result = subprocess.run(
+                [str(vllm_python), str(TINYMODEL), "--spec", spec, "--out", str(out)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             if result.returncode != 0:
-                pytest.fail(f"tinymodel.py --spec {spec} failed (exit {result.returncode}):\n"
-                            f"{result.stderr[-3000:]}", pytrace=False)
+                pytest.fail(
+                    f"tinymodel.py --spec {spec} failed (exit {result.returncode}):\n{result.stderr[-3000:]}",
+                    pytrace=False,
+                )
             made[spec] = out
             _FIGURES[f"tiny model {spec} created (s)"] = round(time.monotonic() - started, 1)
         return made[spec]
@@ -118,11 +124,16 @@ def tiny_model(vllm_python: Path, realvllm_tmp: Path):
 def _server(vllm_python: Path, tiny_model, realvllm_tmp: Path, params: dict) -> Iterator[VllmServer]:
     model_dir = tiny_model(params["spec"])
     log = realvllm_tmp / f"vllm-{params['spec']}.log"
-    with run_vllm(vllm_python, model_dir, log, max_model_len=params["max_model_len"],
-                  kv_cache_memory_bytes=params["kv_cache_memory_bytes"],
-                  block_size=params["block_size"], dev_mode=params["dev_mode"]) as server:
-        print(f"\nvLLM {params['spec']} ready in {server.start_seconds:.1f} s on {server.base_url} "
-              f"(log {log})")
+    with run_vllm(
+        vllm_python,
+        model_dir,
+        log,
+        max_model_len=params["max_model_len"],
+        kv_cache_memory_bytes=params["kv_cache_memory_bytes"],
+        block_size=params["block_size"],
+        dev_mode=params["dev_mode"],
+    ) as server:
+        print(f"\nvLLM {params['spec']} ready in {server.start_seconds:.1f} s on {server.base_url} (log {log})")
         yield server
 
 
@@ -146,8 +157,9 @@ def mha_server(vllm_python, tiny_model, realvllm_tmp) -> Iterator[VllmServer]:
 @pytest.fixture(scope="module")
 def mha_sidecar(mha_server: VllmServer, realvllm_tmp: Path) -> Iterator[Sidecar]:
     """The sidecar on the MHA server, given the model directory (``--model.config``)."""
-    with run_sidecar(mha_server.metrics_url, realvllm_tmp / "sidecar-mha.log",
-                     model_config=mha_server.model_dir) as sidecar:
+    with run_sidecar(
+        mha_server.metrics_url, realvllm_tmp / "sidecar-mha.log", model_config=mha_server.model_dir
+    ) as sidecar:
         yield sidecar
 
 

@@ -46,6 +46,7 @@ STOP_GRACE = 15.0
 # Locating vLLM
 # --------------------------------------------------------------------------------------------------
 
+
 def default_vllm_venv() -> Path:
     """The venv scripts/install-vllm.sh creates (same default, same env override)."""
     env = os.environ.get("KV_SIDECAR_VLLM_VENV")
@@ -72,8 +73,7 @@ def locate_vllm_python() -> tuple[Path | None, str]:
     if not python.is_file():
         return None, f"no vLLM venv at {venv}; run scripts/install-vllm.sh (or `make test`)"
     if not (venv / ".kv-sidecar-install-ok").is_file():
-        return None, (f"{venv} has no install marker (interrupted install?); "
-                      "rerun scripts/install-vllm.sh")
+        return None, (f"{venv} has no install marker (interrupted install?); rerun scripts/install-vllm.sh")
     return python, ""
 
 
@@ -85,6 +85,7 @@ def kv_sidecar_executable() -> Path:
 # --------------------------------------------------------------------------------------------------
 # Small utilities
 # --------------------------------------------------------------------------------------------------
+
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now (the kernel picks it; the race window is tiny)."""
@@ -174,8 +175,9 @@ def _wait_http_ok(url: str, proc: subprocess.Popen, timeout: float, what: str, l
     with httpx.Client(timeout=2.0) as client:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"{what} exited with code {proc.returncode} before {url} answered; "
-                                   f"log {log}:\n{log_tail(log)}")
+                raise RuntimeError(
+                    f"{what} exited with code {proc.returncode} before {url} answered; log {log}:\n{log_tail(log)}"
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if client.get(url).status_code == 200:
                     return time.monotonic() - start
@@ -186,6 +188,7 @@ def _wait_http_ok(url: str, proc: subprocess.Popen, timeout: float, what: str, l
 # --------------------------------------------------------------------------------------------------
 # Metrics
 # --------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -207,15 +210,14 @@ class MetricsPage:
         ]
 
     def find(self, name: str, **labels: str) -> list[Sample]:
-        return [s for s in self.samples
-                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+        return [s for s in self.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
 
     def value(self, name: str, **labels: str) -> float:
         """The single sample of ``name`` whose labels include ``labels``; AssertionError otherwise."""
         found = self.find(name, **labels)
-        assert len(found) == 1, (
-            f"expected exactly one sample {name}{labels or ''}, found {len(found)}: {found[:5]}"
-            + ("" if found else f"\n(names present: {sorted({s.name for s in self.samples})[:80]})"))
+        assert len(found) == 1, f"expected exactly one sample {name}{labels or ''}, found {len(found)}: {found[:5]}" + (
+            "" if found else f"\n(names present: {sorted({s.name for s in self.samples})[:80]})"
+        )
         return found[0].value
 
     def maybe(self, name: str, **labels: str) -> float | None:
@@ -296,9 +298,18 @@ class VllmServer:
 
 
 @contextlib.contextmanager
-def run_vllm(python: Path, model_dir: Path, log_path: Path, *, max_model_len: int,
-             kv_cache_memory_bytes: int, block_size: int | None = None, dev_mode: bool = False,
-             extra_args: Sequence[str] = (), extra_env: Mapping[str, str] | None = None) -> Iterator[VllmServer]:
+def run_vllm(
+    python: Path,
+    model_dir: Path,
+    log_path: Path,
+    *,
+    max_model_len: int,
+    kv_cache_memory_bytes: int,
+    block_size: int | None = None,
+    dev_mode: bool = False,
+    extra_args: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[VllmServer]:
     """Start ``python -m vllm.entrypoints.openai.api_server`` and always stop it on exit.
 
     ``VLLM_CPU_KVCACHE_SPACE`` is removed from the environment because it overrides
@@ -307,21 +318,35 @@ def run_vllm(python: Path, model_dir: Path, log_path: Path, *, max_model_len: in
     ``extra_env`` adds variables to vLLM's environment (e.g. ``VLLM_CPU_OMP_THREADS_BIND``); None adds none.
     """
     if _running_servers:
-        raise RuntimeError(f"a vLLM server is already running (pids {_running_servers}); "
-                           "the tests start them one at a time")
+        raise RuntimeError(
+            f"a vLLM server is already running (pids {_running_servers}); the tests start them one at a time"
+        )
     port = free_port()
-    argv = [str(python), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
-            "--enforce-eager", "--enable-prefix-caching",
-            "--max-model-len", str(max_model_len),
-            "--kv-cache-memory-bytes", str(kv_cache_memory_bytes)]
+    argv = [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--enforce-eager",
+        "--enable-prefix-caching",
+        "--max-model-len",
+        str(max_model_len),
+        "--kv-cache-memory-bytes",
+        str(kv_cache_memory_bytes),
+    ]
     if block_size is not None:
         argv += ["--block-size", str(block_size)]
     argv += list(extra_args)
     env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
     # Offline and quiet: no hub, no usage reporting.
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1",
-               DO_NOT_TRACK="1", PYTHONUNBUFFERED="1")
+    env.update(
+        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", PYTHONUNBUFFERED="1"
+    )
     if dev_mode:
         env["VLLM_SERVER_DEV_MODE"] = "1"
     else:
@@ -331,14 +356,14 @@ def run_vllm(python: Path, model_dir: Path, log_path: Path, *, max_model_len: in
     with open(log_path, "wb") as log:
         log.write(("$ " + " ".join(argv) + "\n").encode())
         log.flush()
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
     _live_groups[proc.pid] = proc
     _running_servers.add(proc.pid)
     server = VllmServer(model_dir=model_dir, port=port, log_path=log_path, proc=proc, argv=argv)
     try:
-        server.start_seconds = _wait_http_ok(f"{server.base_url}/health", proc, VLLM_START_TIMEOUT,
-                                             "vLLM", log_path)
+        server.start_seconds = _wait_http_ok(f"{server.base_url}/health", proc, VLLM_START_TIMEOUT, "vLLM", log_path)
         yield server
     finally:
         _stop_process_group(proc)
@@ -398,6 +423,7 @@ def pin_server_cpus(server: VllmServer, *, api_cpus: set[int], engine_cpus: set[
 # Sidecar daemon
 # --------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Sidecar:
     port: int
@@ -430,8 +456,10 @@ class Sidecar:
             if self.scrape_start(page) >= t:
                 return page
             time.sleep(poll)
-        raise TimeoutError(f"the sidecar reported no scrape begun after {t:.3f} within {timeout} s; "
-                           f"log {self.log_path}:\n{log_tail(self.log_path)}")
+        raise TimeoutError(
+            f"the sidecar reported no scrape begun after {t:.3f} within {timeout} s; "
+            f"log {self.log_path}:\n{log_tail(self.log_path)}"
+        )
 
     def last_success(self, page: MetricsPage) -> float:
         return page.value("kvcache_sidecar_last_success_timestamp_seconds")
@@ -445,17 +473,32 @@ class Sidecar:
 
 
 @contextlib.contextmanager
-def run_sidecar(target_url: str, log_path: Path, *, model_config: Path | None = None,
-                interval: str = "1s", window: str = "20s",
-                extra_args: Sequence[str] = ()) -> Iterator[Sidecar]:
+def run_sidecar(
+    target_url: str,
+    log_path: Path,
+    *,
+    model_config: Path | None = None,
+    interval: str = "1s",
+    window: str = "20s",
+    extra_args: Sequence[str] = (),
+) -> Iterator[Sidecar]:
     """Start ``kv-sidecar run`` against ``target_url`` and always stop it on exit."""
     exe = kv_sidecar_executable()
     if not exe.exists():
         raise FileNotFoundError(f"{exe} not found: install the project into the test venv (make test)")
     port = free_port()
-    argv = [str(exe), "run", "--target", target_url,
-            "--web.listen-address", f"127.0.0.1:{port}",
-            "--scrape.interval", interval, "--derive.window", window]
+    argv = [
+        str(exe),
+        "run",
+        "--target",
+        target_url,
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        "--scrape.interval",
+        interval,
+        "--derive.window",
+        window,
+    ]
     if model_config is not None:
         argv += ["--model.config", str(model_config)]
     argv += list(extra_args)
@@ -463,14 +506,13 @@ def run_sidecar(target_url: str, log_path: Path, *, model_config: Path | None = 
     with open(log_path, "wb") as log:
         log.write(("$ " + " ".join(argv) + "\n").encode())
         log.flush()
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     _live_groups[proc.pid] = proc
-    sidecar = Sidecar(port=port, target=target_url, log_path=log_path, proc=proc,
-                      interval=_seconds(interval))
+    sidecar = Sidecar(port=port, target=target_url, log_path=log_path, proc=proc, interval=_seconds(interval))
     try:
-        sidecar.start_seconds = _wait_http_ok(sidecar.metrics_url, proc, SIDECAR_START_TIMEOUT,
-                                              "kv-sidecar", log_path)
+        sidecar.start_seconds = _wait_http_ok(sidecar.metrics_url, proc, SIDECAR_START_TIMEOUT, "kv-sidecar", log_path)
         yield sidecar
     finally:
         _stop_process_group(proc, grace=5.0)
@@ -487,12 +529,25 @@ def _seconds(duration: str) -> float:
 # Load
 # --------------------------------------------------------------------------------------------------
 
-def completion(server: VllmServer, prompt_ids: list[int], *, max_tokens: int, temperature: float = 0.0,
-               ignore_eos: bool = True, client: httpx.Client | None = None,
-               timeout: float = 120.0) -> dict:
+
+def completion(
+    server: VllmServer,
+    prompt_ids: list[int],
+    *,
+    max_tokens: int,
+    temperature: float = 0.0,
+    ignore_eos: bool = True,
+    client: httpx.Client | None = None,
+    timeout: float = 120.0,
+) -> dict:
     """One /v1/completions request with a token-id prompt (no tokenizer in the way)."""
-    body = {"model": server.model_name, "prompt": prompt_ids, "max_tokens": max_tokens,
-            "temperature": temperature, "ignore_eos": ignore_eos}
+    body = {
+        "model": server.model_name,
+        "prompt": prompt_ids,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "ignore_eos": ignore_eos,
+    }
     owned = client is None
     client = client or httpx.Client(timeout=timeout)
     try:
@@ -514,8 +569,9 @@ class LoadDriver:
     Any error stops that client and is kept in ``errors`` for the test to assert on.
     """
 
-    def __init__(self, server: VllmServer, *, concurrency: int, prompt_tokens: int, max_tokens: int,
-                 vocab: int, seed: int = 0) -> None:
+    def __init__(
+        self, server: VllmServer, *, concurrency: int, prompt_tokens: int, max_tokens: int, vocab: int, seed: int = 0
+    ) -> None:
         self.server = server
         self.concurrency = concurrency
         self.prompt_tokens = prompt_tokens
@@ -526,8 +582,8 @@ class LoadDriver:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._client = httpx.Client(
-            timeout=300.0,
-            limits=httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=0))
+            timeout=300.0, limits=httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=0)
+        )
         self.completed = 0
         self.in_flight = 0
         self.errors: list[str] = []
@@ -539,8 +595,7 @@ class LoadDriver:
             with self._lock:
                 self.in_flight += 1
             try:
-                result = completion(self.server, ids, max_tokens=self.max_tokens, client=self._client,
-                                    timeout=300.0)
+                result = completion(self.server, ids, max_tokens=self.max_tokens, client=self._client, timeout=300.0)
                 generated = result["usage"]["completion_tokens"]
                 with self._lock:
                     self.completed += 1

@@ -82,13 +82,16 @@ def _wait_saturated(server: VllmServer, driver: LoadDriver, timeout: float = 90.
     steps_since = server.metrics().value("vllm:generation_tokens_total")
     while True:
         page = server.metrics()
-        if (page.value("vllm:generation_tokens_total") > steps_since
-                and page.value("vllm:kv_cache_usage_perc") >= 0.8
-                and page.value("vllm:num_requests_waiting_by_reason", reason="capacity") > 0):
+        if (
+            page.value("vllm:generation_tokens_total") > steps_since
+            and page.value("vllm:kv_cache_usage_perc") >= 0.8
+            and page.value("vllm:num_requests_waiting_by_reason", reason="capacity") > 0
+        ):
             return
         assert not driver.errors, driver.errors[:3]
         assert time.monotonic() < deadline, (
-            f"vLLM never saturated: {driver.in_flight} requests in flight, {driver.completed} done")
+            f"vLLM never saturated: {driver.in_flight} requests in flight, {driver.completed} done"
+        )
         time.sleep(0.2)
 
 
@@ -108,8 +111,14 @@ def test_saturation(gqa_server: VllmServer, gqa_sidecar: Sidecar, figures):
     tolerance = 1 / (blocks - 1)  # one block of usage: usage = used / (blocks − 1), null block excluded
     capacity = gqa_server.kv_cache_size_tokens_from_log()
 
-    driver = LoadDriver(gqa_server, concurrency=SAT_CONCURRENCY, prompt_tokens=SAT_PROMPT,
-                        max_tokens=SAT_MAX_TOKENS, vocab=_vocab(gqa_server), seed=1).start()
+    driver = LoadDriver(
+        gqa_server,
+        concurrency=SAT_CONCURRENCY,
+        prompt_tokens=SAT_PROMPT,
+        max_tokens=SAT_MAX_TOKENS,
+        vocab=_vocab(gqa_server),
+        seed=1,
+    ).start()
     t0 = time.monotonic()
     brackets = []
     paused = False
@@ -138,19 +147,20 @@ def test_saturation(gqa_server: VllmServer, gqa_sidecar: Sidecar, figures):
         ratio = page.value("kvcache_usage_ratio", **labels)
         readings.append((before, ratio, after))
         assert min(before, after) - tolerance <= ratio <= max(before, after) + tolerance, (
-            f"sidecar usage {ratio} outside vLLM's [{before}, {after}] ± {tolerance:.4f}")
+            f"sidecar usage {ratio} outside vLLM's [{before}, {after}] ± {tolerance:.4f}"
+        )
         used = page.value("kvcache_used_tokens", **labels)
         free = page.value("kvcache_free_tokens", **labels)
         assert used + free == capacity - block, (used, free, capacity, block)
-    figures["gqa saturation (vLLM before, sidecar, vLLM after)"] = [
-        tuple(round(x, 3) for x in r) for r in readings]
+    figures["gqa saturation (vLLM before, sidecar, vLLM after)"] = [tuple(round(x, 3) for x in r) for r in readings]
     figures["gqa bracket widths (s)"] = [round(b[3], 2) for b in brackets]
 
     # Requests waiting for KV: the sidecar's count is vLLM's at the scrape (frozen, so before = after).
     waiting = []
     for before_page, page, after_page, _ in brackets:
-        vllm_waiting = [p.value("vllm:num_requests_waiting_by_reason", reason="capacity")
-                        for p in (before_page, after_page)]
+        vllm_waiting = [
+            p.value("vllm:num_requests_waiting_by_reason", reason="capacity") for p in (before_page, after_page)
+        ]
         sidecar_waiting = page.value("kvcache_requests_waiting", reason="capacity", **labels)
         assert min(vllm_waiting) <= sidecar_waiting <= max(vllm_waiting), (sidecar_waiting, vllm_waiting)
         waiting.append(sidecar_waiting)
@@ -209,7 +219,8 @@ def test_prefix_cache(gqa_server: VllmServer, gqa_sidecar: Sidecar, figures):
     # plus jitter past scrape − window); a starved machine that breaks it fails loudly here.
     assert scrape_start - WINDOW_S + 2 * gqa_sidecar.interval < sent_at, (
         f"window opened too late to contain the warm-up (scrape at {scrape_start - sent_at:+.1f} s "
-        f"after it); the machine is too slow for the timing of this test")
+        f"after it); the machine is too slow for the timing of this test"
+    )
 
     ratio = page.value("kvcache_prefix_cache_hit_ratio", **labels)
     figures["gqa prefix hit ratio (sidecar, expected)"] = (round(ratio, 5), round(expected, 5))

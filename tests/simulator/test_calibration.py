@@ -17,8 +17,7 @@ def samples(scenario: str, start: float, stop: float):
     out, t = [], start
     while t < stop:
         sim.advance_to(t)
-        out.append((sim.used_blocks, sim.running, sim.waiting_by_reason(), sim.preemptions,
-                    sim.usage()))
+        out.append((sim.used_blocks, sim.running, sim.waiting_by_reason(), sim.preemptions, sim.usage()))
         t += 0.1
     return sim, out
 
@@ -37,8 +36,7 @@ def test_1gib_64_concurrent_700_prompt_300_tokens():
 def test_6mib_kv_cache_saturated():
     sim, s = samples("vllm-cpu-6mib-full", 1.5, 18.0)
     assert sim.num_blocks == 48
-    inside = [x for x in s if 0.89 <= x[4] <= 1.0 and 6 <= x[1] <= 8
-              and 55 <= x[2]["capacity"] <= 58]
+    inside = [x for x in s if 0.89 <= x[4] <= 1.0 and 6 <= x[1] <= 8 and 55 <= x[2]["capacity"] <= 58]
     assert len(inside) >= 0.8 * len(s)
     assert all(x[2]["deferred"] == 0 for x in s)  # all waiting for capacity
     assert all(4 <= x[1] <= 9 and 55 <= x[2]["capacity"] <= 59 for x in s)

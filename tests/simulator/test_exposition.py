@@ -22,8 +22,7 @@ def families(text: str) -> dict[str, tuple[str, set[frozenset[str]]]]:
 
 
 def family_order(text: str) -> list[str]:
-    return [line.split()[2] for line in text.splitlines()
-            if line.startswith("# TYPE vllm:")]
+    return [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE vllm:")]
 
 
 def sample(text: str, name: str, **labels: str) -> float:
@@ -52,22 +51,28 @@ def test_every_vllm_family_of_the_real_capture_with_same_type_and_label_keys():
 
 def test_histogram_buckets_match_the_capture_for_its_max_model_len():
     ours = Simulator(scenario="vllm-cpu-1gib-load").render()
-    real_b = sorted({line.split(" ")[0] for line in IDLE.splitlines()
-                     if "_bucket{" in line and line.startswith("vllm:")})
-    mine_b = sorted({line.split(" ")[0].replace("models/tiny-llama-gqa-bf16", "M")
-                     for line in ours.splitlines() if "_bucket{" in line})
+    real_b = sorted(
+        {line.split(" ")[0] for line in IDLE.splitlines() if "_bucket{" in line and line.startswith("vllm:")}
+    )
+    mine_b = sorted(
+        {
+            line.split(" ")[0].replace("models/tiny-llama-gqa-bf16", "M")
+            for line in ours.splitlines()
+            if "_bucket{" in line
+        }
+    )
     assert mine_b == sorted(b.replace("models/tiny-llama-gqa-bf16", "M") for b in real_b)
 
 
-@pytest.mark.parametrize("capture,scenario", [("gqa-1gib_idle.txt", "vllm-cpu-1gib-load"),
-                                              ("gqa-6mib_full-a.txt", "vllm-cpu-6mib-full")])
+@pytest.mark.parametrize(
+    "capture,scenario", [("gqa-1gib_idle.txt", "vllm-cpu-1gib-load"), ("gqa-6mib_full-a.txt", "vllm-cpu-6mib-full")]
+)
 def test_cache_config_info_has_the_37_labels_with_the_captures_values(capture, scenario):
     real_text = (CPU_032 / capture).read_text()
     ours = Simulator(scenario=scenario).render()
 
     def info(text):
-        [s] = [s for f in text_string_to_metric_families(text)
-               if f.name == "vllm:cache_config_info" for s in f.samples]
+        [s] = [s for f in text_string_to_metric_families(text) if f.name == "vllm:cache_config_info" for s in f.samples]
         return s.labels, s.value
 
     real, rv = info(real_text)
@@ -79,8 +84,9 @@ def test_cache_config_info_has_the_37_labels_with_the_captures_values(capture, s
 def test_cache_config_values_follow_the_config():
     cfg = SimConfig()  # the scenario library's server
     text = Simulator(cfg, scenario="steady-low").render()
-    lab = next(s.labels for f in text_string_to_metric_families(text)
-               if f.name == "vllm:cache_config_info" for s in f.samples)
+    lab = next(
+        s.labels for f in text_string_to_metric_families(text) if f.name == "vllm:cache_config_info" for s in f.samples
+    )
     assert lab["num_gpu_blocks"] == "8193" and lab["block_size"] == "16"
     assert lab["kv_cache_size_tokens"] == str(8193 * 16)
     assert float(lab["kv_cache_max_concurrency"]) == 8193 * 16 / 8192
@@ -97,22 +103,24 @@ def test_usage_and_counters_render_the_engine_state():
     assert sample(text, "vllm:num_requests_waiting_by_reason", reason="capacity") == len(e.waiting)
     assert sample(text, "vllm:num_preemptions_total") == sim.preemptions > 0
     assert sample(text, "vllm:prefix_cache_queries_total") == sample(
-        text, "vllm:prompt_tokens_total")  # no recompute counted, like the capture (22016/22016)
-    assert sample(text, "vllm:request_num_preemptions_count") == \
-        sample(text, "vllm:request_success_total", finished_reason="length")
+        text, "vllm:prompt_tokens_total"
+    )  # no recompute counted, like the capture (22016/22016)
+    assert sample(text, "vllm:request_num_preemptions_count") == sample(
+        text, "vllm:request_success_total", finished_reason="length"
+    )
 
 
 def test_engines_label_one_series_per_engine():
     sim = Simulator(SimConfig(engines=3), scenario="steady", seed=2)
     sim.advance(60)
     text = sim.render()
-    running = [s for f in text_string_to_metric_families(text)
-               if f.name == "vllm:num_requests_running" for s in f.samples]
+    running = [
+        s for f in text_string_to_metric_families(text) if f.name == "vllm:num_requests_running" for s in f.samples
+    ]
     assert sorted(s.labels["engine"] for s in running) == ["0", "1", "2"]
     assert sum(s.value for s in running) == sim.running > 0
     assert all(s.value > 0 for s in running)  # the load balancer spreads the work
-    infos = [s for f in text_string_to_metric_families(text)
-             if f.name == "vllm:cache_config_info" for s in f.samples]
+    infos = [s for f in text_string_to_metric_families(text) if f.name == "vllm:cache_config_info" for s in f.samples]
     assert len(infos) == 3 and "model_name" not in infos[0].labels
 
 
@@ -125,31 +133,50 @@ def test_v0_generation():
     sim.advance(30)
     text = sim.render(Generation.V0)
     n = names(text)
-    assert {"vllm:gpu_cache_usage_perc", "vllm:num_requests_swapped",
-            "vllm:gpu_prefix_cache_hit_rate", "vllm:num_preemptions_total"} <= n
+    assert {
+        "vllm:gpu_cache_usage_perc",
+        "vllm:num_requests_swapped",
+        "vllm:gpu_prefix_cache_hit_rate",
+        "vllm:num_preemptions_total",
+    } <= n
     assert not any(x.endswith("_created") for x in n)
     assert "vllm:kv_cache_usage_perc" not in n
-    assert all("engine" not in s.labels for f in text_string_to_metric_families(text)
-               for s in f.samples)
+    assert all("engine" not in s.labels for f in text_string_to_metric_families(text) for s in f.samples)
     # V0 has no null block: usage = used / num_gpu_blocks, num_gpu_blocks = usable blocks.
     assert sample(text, "vllm:gpu_cache_usage_perc") == sim.used_blocks / 8192
-    lab = next(s.labels for f in text_string_to_metric_families(text)
-               if f.name == "vllm:cache_config_info" for s in f.samples)
+    lab = next(
+        s.labels for f in text_string_to_metric_families(text) if f.name == "vllm:cache_config_info" for s in f.samples
+    )
     assert lab["num_gpu_blocks"] == "8192"
     off = Simulator(SimConfig(enable_prefix_caching=False), scenario="steady").render("v0")
     assert sample(off, "vllm:gpu_prefix_cache_hit_rate") == -1.0
 
 
-@pytest.mark.parametrize("gen,present,absent", [
-    (Generation.V1_GPU_NAMES, {"vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hits_total"},
-     {"vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total"}),
-    (Generation.V1_BOTH_NAMES, {"vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc",
-                                "vllm:gpu_prefix_cache_hits_total", "vllm:prefix_cache_hits_total"},
-     {"vllm:num_requests_waiting_by_reason"}),
-    (Generation.V1, {"vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total",
-                     "vllm:inter_token_latency_seconds_count"},
-     {"vllm:gpu_cache_usage_perc", "vllm:num_requests_waiting_by_reason"}),
-])
+@pytest.mark.parametrize(
+    "gen,present,absent",
+    [
+        (
+            Generation.V1_GPU_NAMES,
+            {"vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hits_total"},
+            {"vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total"},
+        ),
+        (
+            Generation.V1_BOTH_NAMES,
+            {
+                "vllm:gpu_cache_usage_perc",
+                "vllm:kv_cache_usage_perc",
+                "vllm:gpu_prefix_cache_hits_total",
+                "vllm:prefix_cache_hits_total",
+            },
+            {"vllm:num_requests_waiting_by_reason"},
+        ),
+        (
+            Generation.V1,
+            {"vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total", "vllm:inter_token_latency_seconds_count"},
+            {"vllm:gpu_cache_usage_perc", "vllm:num_requests_waiting_by_reason"},
+        ),
+    ],
+)
 def test_v1_generations(gen, present, absent):
     sim = Simulator(scenario="shared-prefix", seed=1)
     sim.advance(30)
@@ -157,8 +184,9 @@ def test_v1_generations(gen, present, absent):
     n = names(text)
     assert present <= n and not (absent & n)
     assert "vllm:num_preemptions_created" in n  # V1 keeps the _created series
-    lab = next(s.labels for f in text_string_to_metric_families(text)
-               if f.name == "vllm:cache_config_info" for s in f.samples)
+    lab = next(
+        s.labels for f in text_string_to_metric_families(text) if f.name == "vllm:cache_config_info" for s in f.samples
+    )
     assert "kv_cache_size_tokens" not in lab
     assert ("engine" in lab) == (gen != Generation.V1_GPU_NAMES)
     if gen in (Generation.V1_GPU_NAMES, Generation.V1_BOTH_NAMES):

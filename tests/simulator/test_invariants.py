@@ -8,9 +8,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from sidecar.simulator import SimConfig, Simulator
 from sidecar.simulator.engine import BlockPool
 
-COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-            "vllm:num_preemptions_total", "vllm:prefix_cache_queries_total",
-            "vllm:prefix_cache_hits_total", "vllm:request_success_total")
+COUNTERS = (
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:num_preemptions_total",
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+    "vllm:request_success_total",
+)
 
 
 class Checker:
@@ -33,8 +38,9 @@ class Checker:
             assert r.held * e.bs >= min(r.computed, r.prompt + r.out) or r.state == "decode"
 
 
-@pytest.mark.parametrize("scenario,seconds", [("ramp-10m", 720), ("shared-prefix-heavy", 1800),
-                                              ("vllm-cpu-6mib-full", 60), ("burst", 480)])
+@pytest.mark.parametrize(
+    "scenario,seconds", [("ramp-10m", 720), ("shared-prefix-heavy", 1800), ("vllm-cpu-6mib-full", 60), ("burst", 480)]
+)
 def test_blocks_and_usage_invariants_every_step(scenario, seconds):
     sim = Simulator(scenario=scenario, seed=3)
     checker = Checker()
@@ -76,8 +82,14 @@ def test_counters_monotone_except_across_restart():
             continue
         text = sim.render()
         cur = counters(text)
-        created.add(next(s.value for f in text_string_to_metric_families(text)
-                         if f.name == "vllm:num_preemptions_created" for s in f.samples))
+        created.add(
+            next(
+                s.value
+                for f in text_string_to_metric_families(text)
+                if f.name == "vllm:num_preemptions_created"
+                for s in f.samples
+            )
+        )
         if prev is not None:
             down = [k for k in cur if cur[k] < prev[k]]
             if down:
@@ -138,9 +150,18 @@ def test_token_budget_queues_requests_while_kv_is_free():
     # 20 simultaneous 1500-token prompts, budget 2048 tokens per step: most wait for the
     # budget (reason "capacity") although KV usage stays low, as on the real 1 GiB server.
     from sidecar.simulator.scenarios import CPU_032, Fixed, Scenario
-    sc = Scenario("budget", "", 10.0, config=CPU_032.replace(max_model_len=2048),
-                  prompt=Fixed(1500), output=Fixed(10), max_tokens=10, clients=20,
-                  total_requests=20)
+
+    sc = Scenario(
+        "budget",
+        "",
+        10.0,
+        config=CPU_032.replace(max_model_len=2048),
+        prompt=Fixed(1500),
+        output=Fixed(10),
+        max_tokens=10,
+        clients=20,
+        total_requests=20,
+    )
     sim = Simulator(scenario=sc)
     sim.advance(0.01)
     assert sim.waiting_by_reason()["capacity"] >= 15 and sim.usage() < 0.01

@@ -33,8 +33,7 @@ def test_adapter_sees_the_ground_truth(gen):
         assert d.used_tokens + d.free_tokens == d.capacity_tokens - 16  # the null block
         assert d.requests_running == e.num_running
         assert d.preemptions == e.c.preemptions
-        assert (d.prefix_cache_queries_tokens, d.prefix_cache_hits_tokens) == \
-            (e.c.prefix_queries, e.c.prefix_hits)
+        assert (d.prefix_cache_queries_tokens, d.prefix_cache_hits_tokens) == (e.c.prefix_queries, e.c.prefix_hits)
         if gen == Generation.V1_CAPACITY_LABELS:
             assert d.requests_waiting == e.waiting_by_reason()
 

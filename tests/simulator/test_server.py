@@ -16,9 +16,11 @@ from sidecar.generations import Generation
 from sidecar.simulator import Simulator
 from sidecar.simulator.server import SimServer
 
-HARNESS = ("import argparse,sys; from sidecar.simulator.cli import add_parser; "
-           "p=argparse.ArgumentParser(prog='kv-sidecar'); s=p.add_subparsers(); add_parser(s); "
-           "a=p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
+HARNESS = (
+    "import argparse,sys; from sidecar.simulator.cli import add_parser; "
+    "p=argparse.ArgumentParser(prog='kv-sidecar'); s=p.add_subparsers(); add_parser(s); "
+    "a=p.parse_args(sys.argv[1:]); sys.exit(a.func(a))"
+)
 
 
 def test_metrics_health_and_simulated_time_header():
@@ -43,8 +45,7 @@ def test_metrics_health_and_simulated_time_header():
 
 
 def test_other_generation_served():
-    server = SimServer(Simulator(scenario="steady"), port=0, speed=10.0,
-                       generation=Generation.V0).start()
+    server = SimServer(Simulator(scenario="steady"), port=0, speed=10.0, generation=Generation.V0).start()
     try:
         body = httpx.get(server.url + "/metrics", timeout=5).text
         assert "vllm:gpu_cache_usage_perc{model_name=" in body and 'engine="' not in body
@@ -53,10 +54,30 @@ def test_other_generation_served():
 
 
 def test_cli_serves_prints_url_and_stops_on_sigterm():
-    proc = subprocess.Popen([sys.executable, "-c", HARNESS, "simulate", "--port", "0",
-                             "--scenario", "burst", "--seed", "3", "--speed", "20",
-                             "--engines", "2", "--max-num-seqs", "64"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            HARNESS,
+            "simulate",
+            "--port",
+            "0",
+            "--scenario",
+            "burst",
+            "--seed",
+            "3",
+            "--speed",
+            "20",
+            "--engines",
+            "2",
+            "--max-num-seqs",
+            "64",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         url = line.split("serving ", 1)[1].strip()
@@ -74,15 +95,24 @@ def test_cli_serves_prints_url_and_stops_on_sigterm():
 
 
 def test_cli_bad_input_exits_2_naming_every_field():
-    r = subprocess.run([sys.executable, "-c", HARNESS, "simulate", "--scenario", "nope",
-                        "--block-size", "0", "--speed", "0"], cwd=REPO, capture_output=True,
-                       text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, "-c", HARNESS, "simulate", "--scenario", "nope", "--block-size", "0", "--speed", "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 2
     assert "--scenario: unknown scenario 'nope'" in r.stderr
     assert "--block-size" in r.stderr and "--speed" in r.stderr
     assert "Traceback" not in r.stderr
-    r = subprocess.run([sys.executable, "-c", HARNESS, "simulate", "--kv-cache-memory-bytes",
-                        "1000"], cwd=REPO, capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, "-c", HARNESS, "simulate", "--kv-cache-memory-bytes", "1000"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 2 and "--kv-cache-memory-bytes" in r.stderr
 
 
@@ -90,9 +120,14 @@ def test_cli_port_in_use_exits_2():
     server = SimServer(Simulator(scenario="steady"), port=0).start()
     try:
         port = server.url.rsplit(":", 1)[1]
-        r = subprocess.run([sys.executable, "-c", HARNESS, "simulate", "--port", port],
-                           cwd=REPO, capture_output=True, text=True, timeout=30,
-                           env={**os.environ})
+        r = subprocess.run(
+            [sys.executable, "-c", HARNESS, "simulate", "--port", port],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ},
+        )
         assert r.returncode == 2 and "--port" in r.stderr
     finally:
         server.stop()
