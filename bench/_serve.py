@@ -53,7 +53,7 @@ def _main(port: int, step_s: float, pages: list[str]) -> None:
         protocol_version = "HTTP/1.1"  # keep-alive, as vLLM's uvicorn
         disable_nagle_algorithm = True  # headers and body leave at once, no delayed-ACK stall
 
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             clock[0] += step_s
             body = bodies[int(clock[0] / step_s) % len(bodies)]
             self.send_response(200)

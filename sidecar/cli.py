@@ -13,13 +13,15 @@ import importlib
 import sys
 
 from . import __version__
+from .artifacts.docs import markdown_table
 from .config import Config, ConfigError, load_config, print_config_errors
+from .layers import build_extenders
 from .logs import setup_logging
-from .settings import DEFAULT_TARGET, SETTINGS, TARGETS_ENV, TARGETS_FLAG, Choice
+from .settings import DEFAULT_TARGET, SETTINGS, TARGETS_ENV, TARGETS_FLAG, add_flag
 from .state import Extender
 
 #: flag dest -> (config section, key), for every setting the settings table gives a flag
-RUN_FLAGS: dict[str, tuple[str, str]] = {s.dest: (s.section, s.key) for s in SETTINGS if s.flag}
+RUN_FLAGS: dict[str, tuple[str, str]] = {s.dest: (s.section, s.key) for s in SETTINGS if s.run_flag}
 
 #: Subcommands contributed by other modules: module path with an ``add_parser(subparsers)``.
 PLUGGED = ("sidecar.demo", "sidecar.simulator.cli", "sidecar.capacity.cli", "sidecar.artifacts.cli")
@@ -44,16 +46,8 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
         help=f"target /metrics URL, repeatable; env {TARGETS_ENV} (comma-separated) (default: {DEFAULT_TARGET})",
     )
     for s in SETTINGS:
-        if not s.flag:
-            continue
-        options = s.parse.options if isinstance(s.parse, Choice) else None
-        p.add_argument(
-            s.flag,
-            dest=s.dest,
-            choices=options,
-            metavar=None if options else s.parse.metavar,
-            help=f"{s.help} (default: {s.default_text()})",
-        )
+        if s.run_flag:
+            add_flag(p, s, s.default_text())
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -64,8 +58,6 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def extenders_for(config: Config) -> tuple[Extender, ...]:
     """The layers that add gauges when their inputs are configured (capacity model, forecast)."""
-    from .layers import build_extenders
-
     return build_extenders(config)
 
 
@@ -77,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_config_errors(e, getattr(args, "config_file", None))
         return 2
     setup_logging(config.log_level, config.log_format)
-    from .daemon import serve
+    from .daemon import serve  # deferred: its imports (apscheduler, the exporter) add ~40 ms to every --help
 
     try:
         asyncio.run(serve(config, extenders))
@@ -99,8 +91,6 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
-    from .metrics import markdown_table
-
     sys.stdout.write(markdown_table())
     return 0
 

@@ -30,14 +30,8 @@ import yaml
 from . import capacity as cap
 from .artifacts.params import RuleParams, Thresholds
 from .settings import (
-    CLOCKS,
+    ALERT_SETTINGS,
     DEFAULT_TARGET,
-    ENGINES,
-    LOG_FORMATS,
-    LOG_LEVELS,
-    MAX_DEFAULT_TIMEOUT_S,
-    MIN_INTERVAL_S,
-    MIN_STALENESS_S,
     SECTIONS,
     SETTINGS,
     TARGET_SETTINGS,
@@ -46,45 +40,32 @@ from .settings import (
     Invalid,
     Setting,
     default,
+    default_staleness,
+    default_timeout,
+    flag_name,
     read_bearer_token,
     section_keys,
 )
 from .units import format_duration
 
 __all__ = [
-    "CLOCKS",
-    "DEFAULT_BODY_LIMIT",
-    "DEFAULT_INTERVAL_S",
-    "DEFAULT_LISTEN",
-    "DEFAULT_TARGET",
-    "ENGINES",
     "ENV_VARS",
-    "LOG_FORMATS",
-    "LOG_LEVELS",
-    "MAX_DEFAULT_TIMEOUT_S",
-    "MIN_INTERVAL_S",
-    "MIN_STALENESS_S",
+    "HOLDERS",
     "Config",
     "ConfigError",
     "ForecastSettings",
     "ModelSettings",
-    "RuleParams",
     "TargetConfig",
-    "Thresholds",
+    "as_config_problem",
     "build_config",
-    "default_timeout",
-    "flag_name",
     "load_config",
+    "load_rule_params",
     "merge_overrides",
     "model_problems",
     "print_config_errors",
     "read_bearer_token",
     "read_yaml",
 ]
-
-DEFAULT_LISTEN: str = default("web.listen_address")
-DEFAULT_INTERVAL_S: float = default("scrape.interval")
-DEFAULT_BODY_LIMIT: int = default("targets.body_size_limit")
 
 
 class ConfigError(Exception):
@@ -107,11 +88,6 @@ def print_config_errors(e: ConfigError, file: str | None = None) -> None:
         print(f"  {source}: {p}", file=sys.stderr)
 
 
-def default_timeout(interval_s: float) -> float:
-    """A target's timeout when none is given: 0.8 x the scrape interval, at most 10 s."""
-    return min(0.8 * interval_s, MAX_DEFAULT_TIMEOUT_S)
-
-
 @dataclass(frozen=True)
 class TargetConfig:
     """One entry of ``targets:``."""
@@ -119,8 +95,8 @@ class TargetConfig:
     name: str
     url: str
     engine: str = default("targets.engine")
-    timeout_s: float = default_timeout(DEFAULT_INTERVAL_S)
-    body_size_limit_bytes: int = DEFAULT_BODY_LIMIT
+    timeout_s: float = default_timeout(default("scrape.interval"))
+    body_size_limit_bytes: int = default("targets.body_size_limit")
     bearer_token_file: str | None = None
     tls_insecure_skip_verify: bool = default("targets.tls.insecure_skip_verify")
     tls_ca_file: str | None = None
@@ -173,9 +149,9 @@ class Config:
     """The validated configuration."""
 
     targets: tuple[TargetConfig, ...]
-    listen_address: str = DEFAULT_LISTEN
-    scrape_interval_s: float = DEFAULT_INTERVAL_S
-    staleness_s: float = MIN_STALENESS_S
+    listen_address: str = default("web.listen_address")
+    scrape_interval_s: float = default("scrape.interval")
+    staleness_s: float = default_staleness(default("scrape.interval"))
     derive_window_s: float = default("derive.window")
     log_level: str = default("log.level")
     log_format: str = default("log.format")
@@ -191,10 +167,22 @@ class Config:
         return host.strip("[]"), int(port)
 
 
-#: section -> allowed keys; None: the section is a list (targets) or read by its own parser (alerts).
-_SCHEMA: dict[str, tuple[str, ...] | None] = {
-    s.name: None if s.name in ("targets", "alerts") else section_keys(SETTINGS, s.name) for s in SECTIONS
+#: The rows of each mapping section (every section but the ``targets:`` list), in validation order.
+_ROWS: dict[str, tuple[Setting, ...]] = {
+    sect.name: tuple(r for r in SETTINGS + ALERT_SETTINGS if r.section == sect.name)
+    for sect in SECTIONS
+    if sect.name != "targets"
 }
+#: The sections held by a dataclass of their own (``Config.<section>``, one field per row); the
+#: fields of the other mapping sections are :class:`Config`'s own, and a ``targets:`` entry's are
+#: :class:`TargetConfig`'s. ``tests/test_artifacts.py`` checks that every row has its field.
+HOLDERS: dict[str, type] = {
+    "thresholds": Thresholds,
+    "model": ModelSettings,
+    "forecast": ForecastSettings,
+    "alerts": RuleParams,
+}
+_SECTION_NAMES = tuple(sect.name for sect in SECTIONS)
 _TARGET_KEYS = section_keys(TARGET_SETTINGS, "targets")
 _TLS_KEYS = tuple(s.key.removeprefix("tls.") for s in TARGET_SETTINGS if s.key.startswith("tls."))
 
@@ -223,14 +211,10 @@ def read_yaml(path: str) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(
-            [f"the top level must be a mapping of sections ({', '.join(_SCHEMA)}), got {type(data).__name__}"], path
+            [f"the top level must be a mapping of sections ({', '.join(_SECTION_NAMES)}), got {type(data).__name__}"],
+            path,
         )
     return data
-
-
-def flag_name(section: str, key: str) -> str:
-    """The flag spelling of a setting: ``("web", "listen_address")`` -> ``--web.listen-address``."""
-    return f"--{section}.{key.replace('_', '-')}"
 
 
 def merge_overrides(
@@ -317,19 +301,21 @@ def _read(rows: tuple[Setting, ...], mapping: Mapping[str, Any], where: str, pro
     return values
 
 
-def _sections(data: Mapping[str, Any], problems: list[str]) -> dict[str, dict[str, Any]]:
-    """Each section's mapping (``{}`` when absent); unknown sections and keys, and non-mappings, are problems."""
+def _sections(
+    data: Mapping[str, Any], problems: list[str], names: tuple[str, ...] = tuple(_ROWS)
+) -> dict[str, dict[str, Any]]:
+    """The mapping of each section of ``names`` (``{}`` when absent); unknown sections, unknown keys of
+    ``names`` and sections of ``names`` that are not mappings are problems."""
     for name in data:
-        if name not in _SCHEMA:
-            problems.append(f"{name}: unknown section{_did_you_mean(str(name), tuple(_SCHEMA))}")
+        if name not in _SECTION_NAMES:
+            problems.append(f"{name}: unknown section{_did_you_mean(str(name), _SECTION_NAMES)}")
     out: dict[str, dict[str, Any]] = {}
-    for name, allowed in _SCHEMA.items():
-        if allowed is None:
-            continue
+    for name in names:
         value = data.get(name) or {}
         if not isinstance(value, dict):
             problems.append(f"{name}: must be a mapping, got {type(value).__name__}")
             value = {}
+        allowed = section_keys(_ROWS[name], name)
         for key in value:
             if key not in allowed:
                 problems.append(f"{name}.{key}: unknown field{_did_you_mean(str(key), allowed)}")
@@ -337,16 +323,15 @@ def _sections(data: Mapping[str, Any], problems: list[str]) -> dict[str, dict[st
     return out
 
 
-def _check_scrape(v: dict[str, Any], given: Mapping[str, Any], problems: list[str]) -> None:
-    """Staleness (its default follows the interval) and the derive window against the scrape interval."""
-    interval = v["scrape_interval_s"]
-    if v["staleness_s"] is None:
-        v["staleness_s"] = max(3 * interval, MIN_STALENESS_S)
-    elif given.get("staleness") is not None and v["staleness_s"] < interval:
+def _resolve_staleness(staleness: float | None, raw: Any, interval: float, problems: list[str]) -> float:
+    """The staleness: its default (which follows the interval) when unset; when given, at least the interval."""
+    if staleness is None:
+        return default_staleness(interval)
+    if staleness < interval:
         problems.append(
-            f"scrape.staleness: must be at least scrape.interval ({format_duration(interval)}), "
-            f"got {given['staleness']!r}"
+            f"scrape.staleness: must be at least scrape.interval ({format_duration(interval)}), got {raw!r}"
         )
+    return staleness
 
 
 def _check_derive(window: float, raw: Any, interval: float, problems: list[str]) -> None:
@@ -368,9 +353,7 @@ def _check_forecast(fc: ForecastSettings, raw: Mapping[str, Any], interval: floa
             "forecast.utilization_min/utilization_max: need 0 < min < max <= 1 "
             f"(got {fc.utilization_min}, {fc.utilization_max})"
         )
-    if fc.min_samples < 2:
-        problems.append(f"forecast.min_samples: must be at least 2, got {fc.min_samples}")
-    elif fc.window_s < max(fc.min_span_s, (fc.min_samples - 1) * interval):
+    if fc.window_s < max(fc.min_span_s, (fc.min_samples - 1) * interval):
         problems.append(
             f"forecast.window: {format_duration(fc.window_s)} cannot hold forecast.min_samples "
             f"({fc.min_samples}) scrapes spanning forecast.min_span "
@@ -415,29 +398,21 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
     """Validate a merged mapping into a :class:`Config`; every problem at once."""
     problems: list[str] = []
     sections = _sections(data, problems)
-    by_section = {
-        name: _read(tuple(s for s in SETTINGS if s.section == name), sections[name], name, problems)
-        for name in sections
-    }
-    top = {**by_section["web"], **by_section["scrape"], **by_section["derive"], **by_section["log"]}
-    interval = top["scrape_interval_s"]
-    _check_scrape(top, sections["scrape"], problems)
-    _check_derive(top["derive_window_s"], sections["derive"].get("window"), interval, problems)
+    values = {name: _read(rows, sections[name], name, problems) for name, rows in _ROWS.items()}
+    own = {key: value for name in _ROWS if name not in HOLDERS for key, value in values[name].items()}
+    interval = own["scrape_interval_s"]
+    own["staleness_s"] = _resolve_staleness(own["staleness_s"], sections["scrape"].get("staleness"), interval, problems)
+    _check_derive(own["derive_window_s"], sections["derive"].get("window"), interval, problems)
 
-    thresholds = Thresholds(**by_section["thresholds"])
-    problems.extend(thresholds.problems())
-    model = ModelSettings(**by_section["model"])
-    problems.extend(model_problems(model))
-    forecast = ForecastSettings(**by_section["forecast"])
-    _check_forecast(forecast, sections["forecast"], interval, problems)
-
-    alerts, alert_problems = RuleParams.from_mapping(data.get("alerts") or None)
-    problems.extend(alert_problems)
+    held = {name: holder(**values[name]) for name, holder in HOLDERS.items()}
+    problems.extend(held["thresholds"].problems())
+    problems.extend(model_problems(held["model"]))
+    _check_forecast(held["forecast"], sections["forecast"], interval, problems)
     targets = _targets(data.get("targets"), interval, problems)
 
     if problems:
         raise ConfigError(problems, source)
-    return Config(targets=tuple(targets), thresholds=thresholds, model=model, forecast=forecast, alerts=alerts, **top)
+    return Config(targets=tuple(targets), **own, **held)
 
 
 # ----------------------------------------------------------------------------- targets
@@ -525,3 +500,26 @@ def load_config(
         return build_config(merged, source=path or "config")
     except ConfigError as e:
         raise ConfigError(_attribute(e.problems, origins), e.source) from None
+
+
+def load_rule_params(
+    path: str | None = None, *, flags: Mapping[tuple[str, str], Any] | None = None
+) -> tuple[Thresholds, RuleParams]:
+    """The ``thresholds:`` and ``alerts:`` sections of ``path``, with ``flags`` over them: what
+    ``kv-sidecar rules render`` renders with. Raises :class:`ConfigError` listing every problem.
+
+    The file alone: no ``KV_SIDECAR_*`` variable of the shell changes the rules. Only these two
+    sections are validated (and the section names, so that a misspelt ``alerts:`` is not silently
+    ignored): a production file whose ``model.config`` names a path of another machine renders too.
+    """
+    file_data = read_yaml(path) if path else {}
+    origins: dict[str, str] = {}
+    merged = merge_overrides(file_data, {}, flags or {}, None, origins)
+    problems: list[str] = []
+    sections = _sections(merged, problems, ("thresholds", "alerts"))
+    thresholds = Thresholds(**_read(_ROWS["thresholds"], sections["thresholds"], "thresholds", problems))
+    problems.extend(thresholds.problems())
+    alerts = RuleParams(**_read(_ROWS["alerts"], sections["alerts"], "alerts", problems))
+    if problems:
+        raise ConfigError(_attribute(problems, origins), path or "config")
+    return thresholds, alerts

@@ -153,7 +153,7 @@ def _handler(sidecar: Sidecar, ready: Callable[[], bool]) -> type[BaseHTTPReques
         server_version = f"kv-cache-sidecar/{__version__}"
         disable_nagle_algorithm = True  # headers and body leave at once, no delayed-ACK stall
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_GET(self) -> None:  # http.server's naming
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
@@ -181,7 +181,7 @@ def _handler(sidecar: Sidecar, ready: Callable[[], bool]) -> type[BaseHTTPReques
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:
             log.debug("http %s", format % args)
 
     return Handler

@@ -18,6 +18,9 @@ from importlib import resources
 
 from .config import ConfigError, build_config, print_config_errors
 from .generations import Generation
+from .logs import setup_logging
+from .simulator import SCENARIOS, SimConfig, Simulator
+from .simulator.server import SimServer
 
 BUNDLED_MODEL = "llama-3.1-8b.config.json"
 
@@ -43,11 +46,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
+    # Deferred: every `kv-sidecar` command imports this module for its subcommand, and the daemon
+    # (apscheduler) with the layers (capacity model, forecast) add some 45 ms to a start-up that
+    # does not run the demo.
     from .daemon import serve
     from .layers import build_extenders
-    from .logs import setup_logging
-    from .simulator import SCENARIOS, SimConfig, Simulator
-    from .simulator.server import SimServer
 
     if args.scenario not in SCENARIOS:
         print(

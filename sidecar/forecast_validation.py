@@ -39,11 +39,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .generations import Generation
-from .replay import Pipeline, new_parser, replay_config, scrape_body
+from .replay import Pipeline, replay_config
+from .settings import default
 from .simulator import LIBRARY, Scenario, SimConfig, Simulator
 
 #: Scrape and rule-evaluation interval, simulated seconds (the sidecar's default scrape interval).
-STEP_S = 5.0
+STEP_S: float = default("scrape.interval")
 
 #: The library in the order of the results table (docs/forecast-validation.md); diurnal-day is 24
 #: simulated hours, so one seed.
@@ -75,9 +76,9 @@ TAILED = RAMPS + ("restart-mid-ramp", "shared-prefix-heavy")
 #: t = 0, as after a restart.
 PREROLL_S = 600.0
 
-#: Forecast settings the bench runs with (``--forecast.*`` flags of ``kv-sidecar run``); see
-#: docs/forecast-validation.md for the sweep that chose them.
-SETTINGS: dict[str, Any] = {}  # the shipped defaults: window 10m, segment = window/6, min_samples 5
+#: The ``--forecast.*`` flags of ``kv-sidecar run`` the bench runs with (arguments of
+#: :func:`~sidecar.replay.replay_config`); see docs/forecast-validation.md for the sweep that chose them.
+FORECAST_FLAGS: dict[str, Any] = {}  # the shipped defaults: window 10m, segment = window/6, min_samples 5
 
 
 # ------------------------------------------------------------------------------------------------
@@ -135,7 +136,6 @@ def collect(
     (t = 0 is the start of the library scenario); the pipelines see every sample.
     """
     sim = Simulator(SimConfig(), scenario=with_preroll(LIBRARY[scenario], preroll_s), seed=seed)
-    parser = new_parser()
     pipes = [Pipeline(replay_config(**s), sim.config.model_name) for s in settings]
     traces = [Trace(scenario, seed, settings_name(s)) for s in settings]
     end = preroll_s + LIBRARY[scenario].duration_s + (TAIL_S if scenario in TAILED else 0.0)
@@ -149,7 +149,8 @@ def collect(
         if t > end + 1e-9:
             break
         sim.advance_to(t)
-        scrape = scrape_body(sim.render(Generation.V1_CAPACITY_LABELS).encode(), parser) if sim.up else None
+        # parsed once, by the first pipeline's Sidecar, and fed to every pipeline
+        scrape = pipes[0].read(sim.render(Generation.V1_CAPACITY_LABELS).encode()) if sim.up else None
         now_p = sim.preemptions
         if now_p < last:
             offset += last

@@ -2,9 +2,10 @@
 
 The exporter builds its families from these rows (name, type, HELP),
 ``docs/metrics.md`` and the README's short table of :data:`ONCALL` are
-generated from them (``make generate``; ``kv-sidecar docs`` prints the full
-table), and ``tests/test_metric_docs.py`` fails when the docs, this table and
-what the exporter actually emits disagree.
+generated from them (:mod:`sidecar.artifacts.docs`, ``make generate``;
+``kv-sidecar docs`` prints the full table), and ``tests/test_metric_docs.py``
+fails when the docs, this table and what the exporter actually emits disagree.
+Data only: no formatting here.
 """
 
 from __future__ import annotations
@@ -362,20 +363,3 @@ ONCALL = (
     "kvcache_prefix_cache_hit_ratio",
     "kvcache_sidecar_target_up",
 )
-
-
-def markdown_table() -> str:
-    """The full metric table of ``docs/metrics.md`` (what ``kv-sidecar docs`` prints)."""
-    lines = ["| name | type | unit | labels | meaning | when it moves |", "|---|---|---|---|---|---|"]
-    for m in CATALOGUE:
-        labels = ", ".join(f"`{label}`" for label in m.labels)
-        lines.append(f"| `{m.name}` | {m.type} | {m.unit} | {labels} | {m.help} | {m.action} |")
-    return "\n".join(lines) + "\n"
-
-
-def oncall_table() -> str:
-    """The README's short table: the :data:`ONCALL` gauges with their meaning and what to do."""
-    lines = ["| gauge | unit | meaning | when it moves |", "|---|---|---|---|"]
-    for m in (BY_NAME[name] for name in ONCALL):
-        lines.append(f"| `{m.name}` | {m.unit} | {m.help} | {m.action} |")
-    return "\n".join(lines) + "\n"

@@ -6,8 +6,8 @@ Used by :mod:`sidecar.forecast_validation` (hence ``bench/forecast.py``) and
 three calls :meth:`sidecar.daemon.Sidecar.scrape_once` makes after its HTTP
 fetch, with nothing changed:
 
-1. ``Sidecar.read_body``: ``parse.decode`` + the Sidecar's own per-target ``parse.FilteredParser``
-   (the pre-filtered parse),
+1. ``Sidecar.read_body`` (:meth:`Pipeline.read`): ``parse.decode`` + the Sidecar's own per-target
+   ``parse.FilteredParser`` (the pre-filtered parse),
 2. ``adapter("vllm").normalise`` (the vLLM adapter),
 3. ``state.ingest_success(..., extenders=build_extenders(config))`` with
    ``sample_time`` = the simulator's clock (what a ``clock: simulated`` target
@@ -32,7 +32,6 @@ the same gauges.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 
 from .config import Config, load_config
@@ -55,7 +54,7 @@ def replay_config(
     min_samples: int | None = None,
     min_span: str | None = None,
     peak_window: str | None = None,
-    interval: str = "5s",
+    interval: str | None = None,
     derive_window: str | None = None,
     model_config: str | None = None,
     gpu_memory: str | None = None,
@@ -84,27 +83,6 @@ def replay_config(
     )
 
 
-def scrape_body(body: bytes, reader: BodyReader) -> EngineScrape:
-    """What ``Sidecar.scrape_once`` makes of a fetched body (``Sidecar.read_body``)."""
-    return reader.read(body)
-
-
-class BodyReader:
-    """A Sidecar's own ``read_body`` for one target, so each page is parsed once and fed to many pipelines."""
-
-    def __init__(self, config: Config | None = None) -> None:
-        self._sidecar = Sidecar(config or replay_config())
-        self._state = self._sidecar.states[0]
-
-    def read(self, body: bytes) -> EngineScrape:
-        return self._sidecar.read_body(self._state, body)
-
-
-def new_parser(config: Config | None = None) -> BodyReader:
-    """A reader that runs the daemon's own decode, pre-filtered parse and normalise."""
-    return BodyReader(config)
-
-
 class Pipeline:
     """One in-process :class:`Sidecar` (with ``build_extenders(config)``) on a clock the caller sets.
 
@@ -121,6 +99,14 @@ class Pipeline:
         self.state = self.sidecar.states[0]
         self.labels = {"target": self.state.target.name, "model_name": model_name, "engine": "0"}
         self._page: dict[tuple[str, tuple[tuple[str, str], ...]], float] | None = None
+
+    def read(self, body: bytes) -> EngineScrape:
+        """What ``Sidecar.scrape_once`` makes of a fetched body: this Sidecar's own ``read_body``.
+
+        One pipeline's read can feed others (the parse does not depend on the forecast settings),
+        so that each page is parsed once.
+        """
+        return self.sidecar.read_body(self.state, body)
 
     def ingest(self, t: float, scrape: EngineScrape | None) -> None:
         """One scrape at simulated time ``t``; ``scrape`` None = the target was down (HTTP 503)."""
@@ -165,7 +151,7 @@ class Replay:
         """The simulator's page at its current time as the daemon parses it; None while it is down."""
         if not self.sim.up:
             return None
-        return self.sidecar.read_body(self.pipeline.state, self.sim.render(self.generation).encode())
+        return self.pipeline.read(self.sim.render(self.generation).encode())
 
     def step(self) -> bool:
         """Scrape the simulator once at its current time; False when it was down (a 503)."""
@@ -188,7 +174,3 @@ class Replay:
 
     def gauge(self, name: str, **extra: str) -> float | None:
         return self.pipeline.gauge(name, **extra)
-
-
-def finite_or_none(x: float | None) -> float | None:
-    return None if x is None or math.isnan(x) else x

@@ -10,11 +10,12 @@ rows come:
 - the ``run`` flags and the defaults their ``--help`` shows (:func:`sidecar.cli.add_run_flags`);
 - ``deploy/examples/sidecar.yaml`` and ``docs/configuration.md`` (``make generate``).
 
-Three tables: :data:`SETTINGS` (the sections the sidecar reads itself), :data:`TARGET_SETTINGS`
-(the fields of each ``targets:`` entry) and :data:`ALERT_SETTINGS` (the ``alerts:`` section,
-read by :meth:`sidecar.artifacts.params.RuleParams.from_mapping` and derived from its fields).
-Relations between settings (a timeout shorter than the interval, ...) are checked in
-``sidecar.config``, after each value has been read.
+- the ``kv-sidecar rules render`` flags (:mod:`sidecar.artifacts.cli`, the rows with ``render_flag``).
+
+Three tables, read the same way: :data:`SETTINGS` (the sections the sidecar reads itself),
+:data:`TARGET_SETTINGS` (the fields of each ``targets:`` entry) and :data:`ALERT_SETTINGS` (the
+``alerts:`` section, which ``kv-sidecar rules render`` uses). Relations between settings (a timeout
+shorter than the interval, ...) are checked in ``sidecar.config``, after each value has been read.
 """
 
 from __future__ import annotations
@@ -22,27 +23,49 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
 
 from .artifacts.params import RuleParams, Thresholds
 from .capacity import CapacityError, parse_memory
 from .engines import ADAPTERS
-from .units import format_duration, format_size, parse_duration, parse_size
+from .units import format_duration, format_size, parse_duration, parse_size, prometheus_duration_seconds
+
+if TYPE_CHECKING:
+    import argparse
 
 DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # vLLM's port in the same pod
 #: The environment variable and flag that replace the whole ``targets:`` list by URLs.
 TARGETS_ENV = "KV_SIDECAR_TARGET"  # comma-separated
 TARGETS_FLAG = "--target"  # repeatable
-MAX_DEFAULT_TIMEOUT_S = 10.0
-MIN_STALENESS_S = 60.0
 MIN_INTERVAL_S = 0.1
+#: A target's timeout when none is given: this fraction of the scrape interval, at most MAX_DEFAULT_TIMEOUT_S.
+TIMEOUT_FRACTION = 0.8
+MAX_DEFAULT_TIMEOUT_S = 10.0
+#: The staleness when none is given: this many scrape intervals, at least MIN_STALENESS_S.
+STALENESS_SCRAPES = 3
+MIN_STALENESS_S = 60.0
 ENGINES = tuple(ADAPTERS)  # one adapter per inference-server family (sidecar/engines/)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("logfmt", "json")
 CLOCKS = ("wall", "simulated")
+
+
+def default_timeout(interval_s: float) -> float:
+    """A target's timeout when none is given: TIMEOUT_FRACTION x the interval, at most MAX_DEFAULT_TIMEOUT_S."""
+    return min(TIMEOUT_FRACTION * interval_s, MAX_DEFAULT_TIMEOUT_S)
+
+
+def default_staleness(interval_s: float) -> float:
+    """The staleness when none is given: STALENESS_SCRAPES x the interval, at least MIN_STALENESS_S."""
+    return max(STALENESS_SCRAPES * interval_s, MIN_STALENESS_S)
+
+
+def flag_name(section: str, key: str) -> str:
+    """The flag spelling of a setting: ``("web", "listen_address")`` -> ``--web.listen-address``."""
+    return f"--{section}.{key.replace('_', '-')}"
 
 
 class Invalid(ValueError):
@@ -350,16 +373,67 @@ class Url(Text):
 
 
 @dataclass(frozen=True)
-class RuleParam:
-    """An ``alerts:`` value; read and checked by :meth:`RuleParams.from_mapping`, shown here."""
+class Fraction:
+    """A finite number from 0 to 1 (both included)."""
 
-    metavar: str = "VALUE"
+    metavar: str = "FRACTION"
 
-    def __call__(self, value: Any) -> Any:
-        raise NotImplementedError("the alerts: section is read by RuleParams.from_mapping")
+    def __call__(self, value: Any) -> float:
+        number: float = Number()(value)
+        if not 0.0 <= number <= 1.0:
+            raise ValueError(f"must be a fraction between 0 and 1, got {value!r}")
+        return number
 
     def show(self, value: Any) -> str:
-        return "none" if value is None else str(value)
+        return f"{value:g}"
+
+
+@dataclass(frozen=True)
+class PromDuration(Text):
+    """A Prometheus duration (``30s``, ``5m``, ``1h30m``, ``1d``), greater than 0, kept as text.
+
+    Stricter than :class:`Duration`: integers, units largest first, as ``promtool check rules``
+    accepts them, because the rules carry the text verbatim.
+    """
+
+    metavar: str = "DURATION"
+
+    def __call__(self, value: Any) -> str:
+        text = str(value)
+        if prometheus_duration_seconds(text) <= 0:
+            raise ValueError(f"must be greater than 0s, got {value!r}")
+        return text
+
+
+@dataclass(frozen=True)
+class JobLabel(Text):
+    """A Prometheus ``job`` label value, as the rules quote it in ``up{job="..."}``."""
+
+    metavar: str = "JOB"
+
+    def __call__(self, value: Any) -> str:
+        text = str(value)
+        if not re.fullmatch(r"[^\"\\\s]+", text):
+            raise ValueError(
+                f"must be a non-empty job label value without quotes, backslashes or spaces, got {value!r} "
+                "(e.g. kv-cache-sidecar)"
+            )
+        return text
+
+
+@dataclass(frozen=True)
+class BaseUrl(Text):
+    """An http(s) URL that links are made from (``+ /<path>``): no trailing slash."""
+
+    metavar: str = "URL"
+
+    def __call__(self, value: Any) -> str:
+        text = str(value)
+        if not re.fullmatch(r"https?://[^\s\"{}]+", text) or text.endswith("/"):
+            raise ValueError(
+                f"must be an http(s) URL without a trailing slash, got {value!r} (e.g. https://grafana.example.com)"
+            )
+        return text
 
 
 # ----------------------------------------------------------------------------- the tables
@@ -377,7 +451,8 @@ class Setting:
     #: attribute of the config object that holds the value (default: the key)
     attr: str = ""
     env: str | None = None  # the KV_SIDECAR_* variable that overrides it
-    flag: str | None = None  # the `kv-sidecar run` flag that overrides it
+    run_flag: bool = False  # `kv-sidecar run` has a flag for it (spelled by flag_name)
+    render_flag: bool = False  # `kv-sidecar rules render` has a flag for it (the same spelling)
     #: how the default reads when it is computed or empty ("max(3 x interval, 60s)")
     shown_default: str | None = None
     #: a value for the example config when the default is empty or computed (YAML text)
@@ -388,6 +463,11 @@ class Setting:
     def path(self) -> str:
         """``section.key``, as problems name it."""
         return f"{self.section}.{self.key}"
+
+    @property
+    def flag(self) -> str | None:
+        """The ``kv-sidecar run`` flag (``--scrape.interval``), None when ``run`` has none."""
+        return flag_name(self.section, self.key) if self.run_flag else None
 
     @property
     def dest(self) -> str:
@@ -453,7 +533,7 @@ SETTINGS: tuple[Setting, ...] = (
         ":9437",
         "where the sidecar serves /metrics, /healthz, /readyz",
         env="KV_SIDECAR_WEB_LISTEN_ADDRESS",
-        flag="--web.listen-address",
+        run_flag=True,
     ),
     Setting(
         "scrape",
@@ -463,7 +543,7 @@ SETTINGS: tuple[Setting, ...] = (
         "how often each target is scraped",
         attr="scrape_interval_s",
         env="KV_SIDECAR_SCRAPE_INTERVAL",
-        flag="--scrape.interval",
+        run_flag=True,
     ),
     Setting(
         "scrape",
@@ -473,8 +553,8 @@ SETTINGS: tuple[Setting, ...] = (
         "derived gauges vanish when the last good scrape is older (vLLM answers slowly exactly when saturated)",
         attr="staleness_s",
         env="KV_SIDECAR_SCRAPE_STALENESS",
-        flag="--scrape.staleness",
-        shown_default="max(3 x interval, 60s)",
+        run_flag=True,
+        shown_default=f"max({STALENESS_SCRAPES} x interval, {MIN_STALENESS_S:g}s)",
         example="60s",
     ),
     Setting(
@@ -485,7 +565,7 @@ SETTINGS: tuple[Setting, ...] = (
         "window of the hit-ratio and preemption-rate gauges",
         attr="derive_window_s",
         env="KV_SIDECAR_DERIVE_WINDOW",
-        flag="--derive.window",
+        run_flag=True,
     ),
     Setting(
         "log",
@@ -495,7 +575,7 @@ SETTINGS: tuple[Setting, ...] = (
         "log level",
         attr="log_level",
         env="KV_SIDECAR_LOG_LEVEL",
-        flag="--log.level",
+        run_flag=True,
     ),
     Setting(
         "log",
@@ -505,7 +585,7 @@ SETTINGS: tuple[Setting, ...] = (
         "log format",
         attr="log_format",
         env="KV_SIDECAR_LOG_FORMAT",
-        flag="--log.format",
+        run_flag=True,
     ),
     Setting(
         "thresholds",
@@ -514,10 +594,16 @@ SETTINGS: tuple[Setting, ...] = (
         Thresholds.watermark,
         "usage watermark for headroom and paging (critical KVCacheAlmostFull)",
         env="KV_SIDECAR_THRESHOLDS_WATERMARK",
-        flag="--thresholds.watermark",
+        run_flag=True,
+        render_flag=True,
     ),
     Setting(
-        "thresholds", "warning", Number(), Thresholds.warning, "usage that opens a ticket (warning KVCacheAlmostFull)"
+        "thresholds",
+        "warning",
+        Number(),
+        Thresholds.warning,
+        "usage that opens a ticket (warning KVCacheAlmostFull)",
+        render_flag=True,
     ),
     Setting(
         "thresholds",
@@ -525,6 +611,7 @@ SETTINGS: tuple[Setting, ...] = (
         Number(),
         Thresholds.target_usage,
         "usage the suggested gpu_memory_utilization puts the peak demand at (below warning)",
+        render_flag=True,
     ),
     Setting(
         "model",
@@ -533,7 +620,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "the served model's config.json or model directory",
         env="KV_SIDECAR_MODEL_CONFIG",
-        flag="--model.config",
+        run_flag=True,
         example="/models/llama-3.1-8b",
     ),
     Setting(
@@ -543,7 +630,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "vLLM's --dtype",
         env="KV_SIDECAR_MODEL_DTYPE",
-        flag="--model.dtype",
+        run_flag=True,
         shown_default="auto = config dtype, float32 served as bfloat16",
         example="bfloat16",
     ),
@@ -554,7 +641,7 @@ SETTINGS: tuple[Setting, ...] = (
         1,
         "vLLM's --tensor-parallel-size",
         env="KV_SIDECAR_MODEL_TENSOR_PARALLEL_SIZE",
-        flag="--model.tensor-parallel-size",
+        run_flag=True,
     ),
     Setting(
         "model",
@@ -563,7 +650,7 @@ SETTINGS: tuple[Setting, ...] = (
         1,
         "vLLM's --pipeline-parallel-size",
         env="KV_SIDECAR_MODEL_PIPELINE_PARALLEL_SIZE",
-        flag="--model.pipeline-parallel-size",
+        run_flag=True,
     ),
     Setting(
         "model",
@@ -572,7 +659,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "GPU memory per rank: 80GiB, 80GB or a GPU name such as H100-80GB (for estimated budgets)",
         env="KV_SIDECAR_MODEL_GPU_MEMORY",
-        flag="--model.gpu-memory",
+        run_flag=True,
         example="H100-80GB",
     ),
     Setting(
@@ -618,7 +705,7 @@ SETTINGS: tuple[Setting, ...] = (
         600.0,
         "the shortest window of the fill-rate trend (follows fast ramps)",
         attr="window_s",
-        flag="--forecast.window",
+        run_flag=True,
     ),
     Setting(
         "forecast",
@@ -631,7 +718,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "forecast",
         "min_samples",
-        Number(int, metavar="N"),
+        Number(int, minimum=2, metavar="N"),
         5,
         "the fill rate is published once this many samples ...",
         attr="min_samples",
@@ -684,7 +771,7 @@ TARGET_SETTINGS: tuple[Setting, ...] = (
         None,
         "of the whole exchange; shorter than scrape.interval",
         attr="timeout_s",
-        shown_default=f"0.8 x scrape.interval, at most {format_duration(MAX_DEFAULT_TIMEOUT_S)}",
+        shown_default=f"{TIMEOUT_FRACTION:g} x scrape.interval, at most {format_duration(MAX_DEFAULT_TIMEOUT_S)}",
         example="4s",
     ),
     Setting(
@@ -721,10 +808,134 @@ TARGET_SETTINGS: tuple[Setting, ...] = (
     ),
 )
 
-#: The ``alerts:`` section: one row per :class:`RuleParams` field (its help and default live there).
-ALERT_SETTINGS: tuple[Setting, ...] = tuple(
-    Setting("alerts", f.name, RuleParam(), f.default, f.metadata["help"], example=f.metadata["example"])
-    for f in fields(RuleParams)
+#: The ``alerts:`` section: one row per :class:`RuleParams` field, its default taken from there.
+ALERT_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "alerts",
+        "sidecar_job",
+        JobLabel(),
+        RuleParams.sidecar_job,
+        "the job label Prometheus gives the sidecar (a PodMonitor defaults to <namespace>/<name>: set jobLabel "
+        "or this)",
+        render_flag=True,
+    ),
+    Setting(
+        "alerts",
+        "runbook_base_url",
+        BaseUrl(),
+        RuleParams.runbook_base_url,
+        "runbook_url = this + /<AlertName>.md",
+        render_flag=True,
+    ),
+    Setting(
+        "alerts",
+        "dashboard_base_url",
+        BaseUrl(),
+        RuleParams.dashboard_base_url,
+        "your Grafana's root URL; dashboard_url = this + /d/<uid>?var-...",
+        render_flag=True,
+    ),
+    Setting(
+        "alerts",
+        "evaluation_interval",
+        PromDuration(),
+        RuleParams.evaluation_interval,
+        "rule-group evaluation interval (default: Prometheus' global one)",
+        example="30s",
+    ),
+    Setting(
+        "alerts",
+        "gap_window",
+        PromDuration(),
+        RuleParams.gap_window,
+        "max_over_time window under the usage alerts: a missed scrape or a dip does not reset for: "
+        "(it lengthens every excursion by as much)",
+    ),
+    Setting(
+        "alerts",
+        "warning_for",
+        PromDuration(),
+        RuleParams.warning_for,
+        "KVCacheAlmostFull warning: above thresholds.warning this long",
+    ),
+    Setting(
+        "alerts",
+        "critical_for",
+        PromDuration(),
+        RuleParams.critical_for,
+        "KVCacheAlmostFull critical (the page): above thresholds.watermark this long",
+    ),
+    Setting(
+        "alerts",
+        "full_soon_within",
+        PromDuration(),
+        RuleParams.full_soon_within,
+        "KVCacheFullSoon: the forecast says full within this ...",
+    ),
+    Setting("alerts", "full_soon_for", PromDuration(), RuleParams.full_soon_for, "... for this long"),
+    Setting(
+        "alerts",
+        "preemptions_per_second",
+        Number(minimum=0.0, metavar="RATE"),
+        RuleParams.preemptions_per_second,
+        "KVCachePreemptions: preemption rate over 5m above this (per second) ...",
+    ),
+    Setting("alerts", "preemptions_for", PromDuration(), RuleParams.preemptions_for, "... for this long"),
+    Setting(
+        "alerts",
+        "waiting_for",
+        PromDuration(),
+        RuleParams.waiting_for,
+        "KVCacheRequestsWaitingForKV: requests wait for capacity above the watermark this long",
+    ),
+    Setting(
+        "alerts",
+        "prefix_hit_ratio_low",
+        Fraction(),
+        RuleParams.prefix_hit_ratio_low,
+        "KVCachePrefixHitRatioLow: namespace/model hit ratio (tokens) below this ...",
+    ),
+    Setting("alerts", "prefix_hit_ratio_for", PromDuration(), RuleParams.prefix_hit_ratio_for, "... for this long"),
+    Setting(
+        "alerts",
+        "capacity_mismatch_tolerance",
+        Fraction(),
+        RuleParams.capacity_mismatch_tolerance,
+        "KVCacheCapacityMismatch: |actual/theoretical - 1| above this (exact budgets only) ...",
+    ),
+    Setting("alerts", "capacity_mismatch_for", PromDuration(), RuleParams.capacity_mismatch_for, "... for this long"),
+    Setting(
+        "alerts",
+        "overprovisioned_below",
+        Fraction(),
+        RuleParams.overprovisioned_below,
+        "KVCacheOverProvisioned (info): awake-time usage quantile below this ...",
+    ),
+    Setting(
+        "alerts", "overprovisioned_quantile", Fraction(), RuleParams.overprovisioned_quantile, "... the quantile ..."
+    ),
+    Setting(
+        "alerts",
+        "overprovisioned_window",
+        PromDuration(),
+        RuleParams.overprovisioned_window,
+        "... over this window ...",
+    ),
+    Setting("alerts", "overprovisioned_for", PromDuration(), RuleParams.overprovisioned_for, "... for this long"),
+    Setting(
+        "alerts",
+        "scrape_failing_for",
+        PromDuration(),
+        RuleParams.scrape_failing_for,
+        "KVCacheSidecarScrapeFailing: failing this long (only after a first good scrape)",
+    ),
+    Setting(
+        "alerts",
+        "sidecar_down_for",
+        PromDuration(),
+        RuleParams.sidecar_down_for,
+        "KVCacheSidecarDown: down or absent this long",
+    ),
 )
 
 _BY_PATH = {s.path: s for s in SETTINGS + TARGET_SETTINGS + ALERT_SETTINGS}
@@ -738,6 +949,19 @@ def setting(path: str) -> Setting:
 def default(path: str) -> Any:
     """The default of the setting ``section.key`` (the dataclasses of ``sidecar.config`` take theirs from here)."""
     return _BY_PATH[path].default
+
+
+def add_flag(parser: argparse.ArgumentParser, row: Setting, default: str) -> None:
+    """``row``'s flag on ``parser``: its one spelling (:func:`flag_name`), the value's name (the parser's
+    metavar, or the choices) and the row's help followed by ``(default: <default>)``."""
+    options = row.parse.options if isinstance(row.parse, Choice) else None
+    parser.add_argument(
+        flag_name(row.section, row.key),
+        dest=row.dest,
+        choices=options,
+        metavar=None if options else row.parse.metavar,
+        help=f"{row.help} (default: {default})",
+    )
 
 
 def section_keys(rows: tuple[Setting, ...], section: str) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ class FaultServer(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.server.requests += 1
         try:
             self.server.behaviour(self)

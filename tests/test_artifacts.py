@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -13,10 +16,21 @@ import pytest
 import yaml
 
 from sidecar import cli
+from sidecar.artifacts import cli as rules_cli
 from sidecar.artifacts import generate
+from sidecar.artifacts.files import dump_json
 from sidecar.artifacts.params import RuleParams
-from sidecar.config import ENV_VARS, Config, ForecastSettings, ModelSettings, build_config, flag_name, load_config
-from sidecar.settings import ALERT_SETTINGS, SECTIONS, SETTINGS, TARGET_SETTINGS, section_keys
+from sidecar.config import (
+    ENV_VARS,
+    HOLDERS,
+    Config,
+    ForecastSettings,
+    ModelSettings,
+    TargetConfig,
+    build_config,
+    load_config,
+)
+from sidecar.settings import ALERT_SETTINGS, SECTIONS, SETTINGS, TARGET_SETTINGS, flag_name, section_keys
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "deploy" / "examples" / "sidecar.yaml"
@@ -125,26 +139,126 @@ def test_the_table_keeps_every_variable_and_flag_name():
         "thresholds_watermark",
         "forecast_window",
     }
+    assert {row.path for row in rules_cli.RENDER_FLAGS} == {
+        "thresholds.watermark",
+        "thresholds.warning",
+        "thresholds.target_usage",
+        "alerts.sidecar_job",
+        "alerts.runbook_base_url",
+        "alerts.dashboard_base_url",
+    }
     for s in SETTINGS:
         assert s.env in (None, f"KV_SIDECAR_{s.section}_{s.key}".upper()), s.path
-        assert s.flag in (None, flag_name(s.section, s.key)), s.path
+    assert flag_name("web", "listen_address") == "--web.listen-address"
+    assert flag_name("model", "tensor_parallel_size") == "--model.tensor-parallel-size"
+
+
+def _fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def test_every_row_has_a_field_of_its_dataclass():
+    """A new row needs its field, else build_config cannot hold the value (the step CONTRIBUTING.md names)."""
+    for s in SETTINGS + ALERT_SETTINGS + TARGET_SETTINGS:
+        holder = TargetConfig if s.section == "targets" else HOLDERS.get(s.section, Config)
+        assert s.field in _fields(holder), (
+            f"{s.path}: add the field `{s.field}` to {holder.__name__} (default: default({s.path!r}))"
+        )
+    for name, holder in HOLDERS.items():
+        assert name in _fields(Config) and dataclasses.is_dataclass(holder), name
+        assert _fields(holder) == {s.field for s in SETTINGS + ALERT_SETTINGS if s.section == name}, name
 
 
 def test_the_dataclasses_take_their_defaults_from_the_table():
     config = build_config({})
-    holders = {"thresholds": config.thresholds, "model": config.model, "forecast": config.forecast}
-    for s in SETTINGS:
+    holders = {name: getattr(config, name) for name in HOLDERS}
+    for s in SETTINGS + ALERT_SETTINGS:
         if s.default is not None:
             assert getattr(holders.get(s.section, config), s.field) == s.default, s.path
-    assert ModelSettings() == config.model and ForecastSettings() == config.forecast
+    target = TargetConfig(name="t", url="http://t:8000/metrics")
+    for s in TARGET_SETTINGS:
+        if s.default is not None:
+            assert getattr(target, s.field) == s.default, s.path
+    assert ModelSettings() == config.model and ForecastSettings() == config.forecast and RuleParams() == config.alerts
     assert Config(targets=config.targets) == config
 
 
-def test_run_help_shows_each_flags_default_from_the_table():
+def _help_entries(*argv: str) -> dict[str, str]:
+    """The options of a real ``kv-sidecar ... --help``: ``"--flag METAVAR"`` -> its help, whitespace collapsed."""
     r = subprocess.run(
-        [str(Path(sys.executable).with_name("kv-sidecar")), "run", "--help"], capture_output=True, text=True, timeout=60
+        [str(Path(sys.executable).with_name("kv-sidecar")), *argv, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "1000"},  # no wrapping inside long words (URLs)
     )
-    out = " ".join(r.stdout.split())
-    for s in SETTINGS:
-        if s.flag:
-            assert f"{s.flag} " in out and " ".join(f"(default: {s.default_text()})".split()) in out, s.path
+    assert r.returncode == 0, r.stderr
+    entries: dict[str, str] = {}
+    last = ""
+    for line in r.stdout.split("options:", 1)[1].splitlines():
+        m = re.match(r"^  (-\S.*?)(?:\s{2,}(.*))?$", line)
+        if m:
+            last = m.group(1)
+            entries[last] = m.group(2) or ""
+        elif line.strip() and last:
+            entries[last] = f"{entries[last]} {line.strip()}".strip()
+    return {k: " ".join(v.split()) for k, v in entries.items()}
+
+
+#: What `kv-sidecar run --help` says of each settings flag: its value's name and its default.
+RUN_HELP = {
+    "--web.listen-address HOST:PORT": ":9437",
+    "--scrape.interval DURATION": "5s",
+    "--scrape.staleness DURATION": "max(3 x interval, 60s)",
+    "--derive.window DURATION": "5m",
+    "--log.level {debug,info,warning,error}": "info",
+    "--log.format {logfmt,json}": "logfmt",
+    "--thresholds.watermark FRACTION": "0.9",
+    "--model.config PATH": "none",
+    "--model.dtype DTYPE": "auto = config dtype, float32 served as bfloat16",
+    "--model.tensor-parallel-size N": "1",
+    "--model.pipeline-parallel-size N": "1",
+    "--model.gpu-memory SIZE|GPU": "none",
+    "--forecast.window DURATION": "10m",
+}
+
+#: What `kv-sidecar rules --help` says of each settings flag.
+RENDER_HELP = {
+    "--thresholds.watermark FRACTION": "from --config.file, else 0.9",
+    "--thresholds.warning FRACTION": "from --config.file, else 0.8",
+    "--thresholds.target-usage FRACTION": "from --config.file, else 0.75",
+    "--alerts.sidecar-job JOB": "from --config.file, else kv-cache-sidecar",
+    "--alerts.runbook-base-url URL": "from --config.file, else "
+    "https://github.com/kv-cache-sidecar/kv-cache-sidecar/blob/main/docs/runbooks",
+    "--alerts.dashboard-base-url URL": "from --config.file, else https://grafana.example.com",
+}
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected", "rows"),
+    [
+        (("run",), RUN_HELP, tuple(s for s in SETTINGS if s.run_flag)),
+        (("rules",), RENDER_HELP, rules_cli.RENDER_FLAGS),
+    ],
+    ids=["run", "rules-render"],
+)
+def test_help_shows_each_flags_own_help_and_default(argv, expected, rows):
+    entries = _help_entries(*argv)
+    by_flag = {invocation.split()[0]: invocation for invocation in entries}
+    assert {flag_name(s.section, s.key) for s in rows} == {i.split()[0] for i in expected}
+    for s in rows:
+        invocation = by_flag[flag_name(s.section, s.key)]
+        assert invocation in expected, f"{invocation!r}: not the value name expected"
+        help_text = entries[invocation]
+        assert help_text.startswith(" ".join(s.help.split())), (invocation, help_text)
+        assert help_text.endswith(f"(default: {expected[invocation]})"), (invocation, help_text)
+
+
+def test_dump_json_gives_the_same_bytes_for_the_same_document():
+    """Dashboards are committed as JSON: keys as built (not sorted), two-space indent, one final newline."""
+    doc = {"uid": "kvcache-overview", "title": "KV cache", "panels": [{"type": "timeseries", "id": 1}], "µ": "é"}
+    text = dump_json(doc)
+    assert text == dump_json(copy.deepcopy(doc)) == dump_json(json.loads(text))
+    assert text.endswith("}\n") and not text.endswith("\n\n")
+    assert list(json.loads(text)) == ["uid", "title", "panels", "µ"]
+    assert '\n  "panels": [\n    {\n      "type": "timeseries",' in text and '"µ": "é"' in text

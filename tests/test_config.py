@@ -133,7 +133,12 @@ BAD = {
         "targets:\n  - url: 'http://admin:s3cr3t@vllm:8000/metrics'\n",
         "targets[0].url: credentials in the URL would end up in labels and logs",
     ),
-    "alerts-typo": ("alerts:\n  warnng_for: 5m\n", "alerts.warnng_for: unknown key (did you mean 'warning_for'?)"),
+    "alerts-typo": ("alerts:\n  warnng_for: 5m\n", "alerts.warnng_for: unknown field (did you mean 'warning_for'?)"),
+    "alerts-not-a-number": (
+        "alerts:\n  prefix_hit_ratio_low: lots\n",
+        "alerts.prefix_hit_ratio_low: must be a finite number, got 'lots'",
+    ),
+    "min-samples-one": ("forecast: {min_samples: 1}\n", "forecast.min_samples: must be at least 2, got 1"),
     "not-yaml": ("targets: [unclosed\n", "not valid YAML"),
     "not-a-mapping": ("- just\n- a list\n", "the top level must be a mapping"),
 }

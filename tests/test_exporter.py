@@ -46,7 +46,7 @@ def test_a_collector_exporting_one_of_the_names_is_refused():
         Gauge("kvcache_preemptions_total", "a gauge named like the sidecar's counter", registry=registry)
 
 
-def test_the_collectors_names_are_free_in_a_registry_without_it():
+def test_the_collector_is_refused_where_one_of_its_names_is_taken():
     registry = CollectorRegistry(auto_describe=False)
     Gauge("kvcache_usage_ratio", "not the sidecar's", registry=registry)
     with pytest.raises(ValueError, match="kvcache_usage_ratio"):

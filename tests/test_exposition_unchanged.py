@@ -20,11 +20,11 @@ import pytest
 from prometheus_client import generate_latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `fixtures` when run as a script
-from fixtures import CPU_032, FIXTURES, METRICS, TINY_LLAMA_CONFIG  # noqa: E402
+from fixtures import CPU_032, FIXTURES, METRICS, TINY_LLAMA_CONFIG
 
-from sidecar.config import load_config  # noqa: E402
-from sidecar.daemon import Sidecar  # noqa: E402
-from sidecar.layers import build_extenders  # noqa: E402
+from sidecar.config import load_config
+from sidecar.daemon import Sidecar
+from sidecar.layers import build_extenders
 
 GOLDEN = FIXTURES / "exposition"
 START = 1_800_000_000.0

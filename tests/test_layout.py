@@ -50,14 +50,13 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     return graph
 
 
-def _is_parent(a: str, b: str) -> bool:
-    return b.startswith(a + ".")
-
-
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Every strongly connected component of more than one module (Tarjan), ignoring the edges from a
-    package's ``__init__`` to its own submodules (a package re-exporting its parts is not a cycle)."""
-    edges = {m: {d for d in ds if not _is_parent(m, d) and not _is_parent(d, m)} for m, ds in graph.items()}
+    """Every strongly connected component of more than one module (Tarjan's algorithm).
+
+    Every edge counts, those between a package's ``__init__`` and its own submodules too: a chain
+    ``a -> pkg -> pkg.b -> a`` is a cycle even though one of its steps is a package re-exporting a part.
+    """
+    edges = graph
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -103,6 +102,17 @@ def test_the_graph_sees_deferred_imports(tmp_path):
     graph = import_graph(pkg)
     assert graph["pkg.c"] == {"pkg.a"}
     assert find_cycles(graph) == [["pkg.a", "pkg.sub.b"]]
+
+
+def test_a_cycle_through_a_package_init_is_found(tmp_path):
+    """``a -> sub (its __init__ re-exports b) -> sub.b -> a`` is a cycle."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import sub\n")
+    (pkg / "sub" / "__init__.py").write_text("from .b import f\n")
+    (pkg / "sub" / "b.py").write_text("from ..a import g\n")
+    assert find_cycles(import_graph(pkg)) == [["pkg.a", "pkg.sub", "pkg.sub.b"]]
 
 
 def test_no_import_cycle():

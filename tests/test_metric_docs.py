@@ -8,7 +8,8 @@ from pathlib import Path
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.metrics import BY_NAME, CATALOGUE, ONCALL, markdown_table, oncall_table
+from sidecar.artifacts.docs import markdown_table, oncall_table
+from sidecar.metrics import BY_NAME, CATALOGUE, ONCALL
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,8 +1,11 @@
 """``kv-sidecar rules render``: the alert and recording rules from a configuration file.
 
-The configuration is read by the sidecar's own loader (:func:`sidecar.config.load_config`), so the
-``thresholds:`` and ``alerts:`` sections mean exactly what they mean to ``kv-sidecar run``; the flags
-are the same spellings as ``run``'s (``--thresholds.watermark``) and win over the file.
+The file's ``thresholds:`` and ``alerts:`` sections are read by the sidecar's own rows and parsers
+(:func:`sidecar.config.load_rule_params`), so they mean exactly what they mean to ``kv-sidecar run``;
+the file is read alone (no ``KV_SIDECAR_*`` variable changes the rules) and its other sections are
+not checked (a ``model.config`` path of the production machine need not exist here). The flags are
+the rows with ``render_flag`` in :mod:`sidecar.settings`, spelled as ``run`` spells them
+(``--thresholds.watermark``), and win over the file.
 """
 
 from __future__ import annotations
@@ -12,21 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, load_config
-from ..settings import setting
+from ..config import ConfigError, load_rule_params
+from ..settings import ALERT_SETTINGS, SETTINGS, add_flag
 from .files import write_atomically
 from .params import VARIANTS, RuleParams, Thresholds
 from .rules import FORMATS, PROMETHEUSRULE_FILE_NAME, RULES_FILE_NAME, render
 
-#: The override flags: (section, key, metavar, what it is); the defaults shown are the settings table's.
-_OVERRIDES = (
-    ("thresholds", "watermark", "FRACTION", ": the page (critical)"),
-    ("thresholds", "warning", "FRACTION", ": the ticket"),
-    ("thresholds", "target_usage", "FRACTION", ""),
-    ("alerts", "sidecar_job", "JOB", ": the Prometheus job label of the sidecar"),
-    ("alerts", "runbook_base_url", "URL", ""),
-    ("alerts", "dashboard_base_url", "URL", ", the Grafana root URL"),
-)
+#: The settings ``rules render`` has a flag for.
+RENDER_FLAGS = tuple(row for row in SETTINGS + ALERT_SETTINGS if row.render_flag)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -43,7 +39,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         dest="config_file",
         metavar="FILE",
         default=None,
-        help="sidecar configuration YAML; its thresholds: and alerts: sections are used (default: none)",
+        help="sidecar configuration YAML; its thresholds: and alerts: sections are used, and nothing else "
+        "of the file or the environment (default: none)",
     )
     parser.add_argument(
         "--out",
@@ -64,31 +61,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default="default",
         help="'fast' shortens every for: to seconds and evaluates every 1s, for end-to-end tests (default: default)",
     )
-    # The same spellings as `kv-sidecar run` (--thresholds.watermark), so one flag means one thing.
-    for section, key, metavar, what in _OVERRIDES:
-        shown = setting(f"{section}.{key}").default_text()
-        parser.add_argument(
-            f"--{section}.{key.replace('_', '-')}",
-            dest=key,
-            default=None,
-            metavar=metavar,
-            type=float if section == "thresholds" else str,
-            help=f"override {section}.{key}{what} (default: from the config, else {shown})",
-        )
+    for row in RENDER_FLAGS:
+        add_flag(parser, row, f"from --config.file, else {row.default_text()}")
     parser.set_defaults(func=run)
     return parser
 
 
 def _load(args: argparse.Namespace) -> tuple[Thresholds, RuleParams, list[str]]:
-    """Thresholds and params from the config file (as the sidecar reads it) and the override flags."""
-    flags = {(section, key): getattr(args, key) for section, key, _, _ in _OVERRIDES}
+    """Thresholds and params from the config file and the override flags; the problems, if any."""
+    flags = {(row.section, row.key): getattr(args, row.dest) for row in RENDER_FLAGS}
     try:
-        cfg = load_config(args.config_file, flags=flags)
+        thresholds, params = load_rule_params(args.config_file, flags=flags)
     except ConfigError as e:
-        # Only the thresholds:/alerts: sections matter here, but a config the
-        # sidecar would refuse is not one to render rules from either.
         return Thresholds(), RuleParams(), [f"{e.source}: {p}" for p in e.problems]
-    return cfg.thresholds, cfg.alerts, []
+    return thresholds, params, []
 
 
 def run(args: argparse.Namespace) -> int:

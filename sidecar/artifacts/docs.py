@@ -15,7 +15,7 @@ import textwrap
 
 import yaml
 
-from ..metrics import markdown_table
+from ..metrics import BY_NAME, CATALOGUE, ONCALL
 from ..settings import (
     ALERT_SETTINGS,
     DEFAULT_TARGET,
@@ -25,10 +25,32 @@ from ..settings import (
     TARGETS_ENV,
     TARGETS_FLAG,
     Choice,
-    RuleParam,
     Setting,
     Text,
+    flag_name,
 )
+
+# ----------------------------------------------------------------------------- the metric tables
+
+
+def markdown_table() -> str:
+    """The full metric table of ``docs/metrics.md`` (what ``kv-sidecar docs`` prints)."""
+    lines = ["| name | type | unit | labels | meaning | when it moves |", "|---|---|---|---|---|---|"]
+    for m in CATALOGUE:
+        labels = ", ".join(f"`{label}`" for label in m.labels)
+        lines.append(f"| `{m.name}` | {m.type} | {m.unit} | {labels} | {m.help} | {m.action} |")
+    return "\n".join(lines) + "\n"
+
+
+def oncall_table() -> str:
+    """The README's short table: the :data:`~sidecar.metrics.ONCALL` gauges with their meaning and what to do."""
+    lines = ["| gauge | unit | meaning | when it moves |", "|---|---|---|---|"]
+    for m in (BY_NAME[name] for name in ONCALL):
+        lines.append(f"| `{m.name}` | {m.unit} | {m.help} | {m.action} |")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- the configuration reference
 
 
 def _generated_note(source: str) -> str:
@@ -63,19 +85,28 @@ def _meaning(row: Setting) -> str:
     return row.help
 
 
-def _table(rows: tuple[Setting, ...], *, overrides: bool) -> list[str]:
-    if overrides:
-        lines = ["| key | default | environment | flag | meaning |", "|---|---|---|---|---|"]
-    else:
-        lines = ["| key | default | meaning |", "|---|---|---|"]
+def _flag(row: Setting) -> str:
+    """The flag cell: the ``run`` flag, and whether ``rules render`` takes the same."""
+    spelling = f"`{flag_name(row.section, row.key)}`"
+    if row.run_flag:
+        return spelling + (" (also `rules render`)" if row.render_flag else "")
+    return f"{spelling} (`rules render` only)" if row.render_flag else ""
+
+
+def _table(rows: tuple[Setting, ...]) -> list[str]:
+    """The rows as a Markdown table; the environment and flag columns when a row has one."""
+    with_env = any(row.env for row in rows)
+    with_flag = any(row.run_flag or row.render_flag for row in rows)
+    header = ["key", "default"] + ["environment"] * with_env + ["flag"] * with_flag + ["meaning"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         if row.required:
             default = "required"
         else:
             default = row.shown_default if row.shown_default is not None else f"`{row.default_text()}`"
         cells = [f"`{row.key}`", _cell(default)]
-        if overrides:
-            cells += [f"`{row.env}`" if row.env else "", f"`{row.flag}`" if row.flag else ""]
+        cells += [f"`{row.env}`" if row.env else ""] * with_env
+        cells += [_flag(row)] * with_flag
         lines.append("| " + " | ".join(cells + [_cell(_meaning(row))]) + " |")
     return lines
 
@@ -101,16 +132,19 @@ def configuration_page() -> str:
             f"`{TARGETS_ENV}` (comma-separated URLs) and `{TARGETS_FLAG} URL` (repeatable) replace the whole "
             f"`targets:` list; without any, the target is `{DEFAULT_TARGET}`."
         ),
+        "",
+        *_wrap(
+            "`kv-sidecar rules render --config.file FILE` reads the `thresholds:` and `alerts:` sections of the "
+            "file alone (no environment variable) and takes the flags marked `rules render` below."
+        ),
     ]
     for section in SECTIONS:
         out += ["", f"## `{section.name}`", "", *_wrap(section.doc), ""]
         if section.name == "targets":
             out += ["Each entry is a URL or a mapping of:", ""]
-            out += _table(TARGET_SETTINGS, overrides=False)
-        elif section.name == "alerts":
-            out += _table(ALERT_SETTINGS, overrides=False)
+            out += _table(TARGET_SETTINGS)
         else:
-            out += _table(tuple(s for s in SETTINGS if s.section == section.name), overrides=True)
+            out += _table(tuple(s for s in SETTINGS + ALERT_SETTINGS if s.section == section.name))
     return "\n".join(out) + "\n"
 
 
@@ -139,8 +173,7 @@ _COMMENT_COLUMN = 35
 
 def _yaml_value(row: Setting, text: str) -> str:
     """``text`` as a YAML value that reads back as the setting's text (quoted when YAML would not)."""
-    textual = isinstance(row.parse, Text) or (isinstance(row.parse, RuleParam) and isinstance(row.default, str))
-    if textual and (yaml.safe_load(text) != text or text[:1] in ":*&!|>%@`"):
+    if isinstance(row.parse, Text) and (yaml.safe_load(text) != text or text[:1] in ":*&!|>%@`"):
         return json.dumps(text)
     return text
 
@@ -192,8 +225,6 @@ def example_config() -> str:
             others = tuple(r for r in TARGET_SETTINGS if not r.required)
             first, *rest = _example_mapping(required, "    ") + _example_mapping(others, "    ")
             out += ["  - " + first[4:], *rest]
-        elif section.name == "alerts":
-            out += _example_mapping(ALERT_SETTINGS, "  ")
         else:
-            out += _example_mapping(tuple(s for s in SETTINGS if s.section == section.name), "  ")
+            out += _example_mapping(tuple(s for s in SETTINGS + ALERT_SETTINGS if s.section == section.name), "  ")
     return "\n".join(out) + "\n"

@@ -18,8 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..metrics import oncall_table
-from .docs import configuration_page, example_config, metrics_page, run_flags
+from .docs import configuration_page, example_config, metrics_page, oncall_table, run_flags
 from .files import write_atomically
 from .params import RuleParams, Thresholds
 from .rules import render

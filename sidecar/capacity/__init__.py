@@ -25,6 +25,7 @@ from .blocks import (
 from .budget import (
     GPU_TOTAL_GIB,
     Budget,
+    NonKVBytes,
     activation_estimate_bytes,
     check_utilization,
     cudagraph_estimate_bytes,
@@ -51,6 +52,7 @@ __all__ = [
     "KVLayout",
     "LayerKV",
     "ModelSpec",
+    "NonKVBytes",
     "activation_estimate_bytes",
     "blocks_for",
     "blocks_per_request",

@@ -273,6 +273,20 @@ def cudagraph_estimate_bytes(layout: KVLayout) -> int:
 
 
 @dataclass(frozen=True)
+class NonKVBytes:
+    """What stays on one rank besides the KV cache (bytes): vLLM's ``non_kv_cache_memory`` and CUDA graphs."""
+
+    weights: float
+    activation: float
+    non_torch: float
+    cudagraph: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.activation + self.non_torch + self.cudagraph
+
+
+@dataclass(frozen=True)
 class Budget:
     """The KV cache budget of one rank and how it was formed (bytes)."""
 

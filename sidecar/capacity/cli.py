@@ -17,7 +17,7 @@ from .config import load_model
 from .dtypes import KV_CACHE_DTYPES, SERVED_DTYPES
 from .errors import CapacityError
 from .layout import DEFAULT_MAX_NUM_BATCHED_TOKENS, kv_layout
-from .table import RENDERERS, build_report
+from .table import RENDERERS, build_table
 
 #: Context lengths of the tables when none are given; those above the served ``max_model_len``
 #: are dropped and ``max_model_len`` itself becomes the last column (a 4K model shows 4096 only).
@@ -169,9 +169,9 @@ def _fraction(value: str, flag: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Compute and print the report; 0 on success, 2 on bad input (one line on stderr)."""
+    """Compute and print the table; 0 on success, 2 on bad input (one line on stderr)."""
     try:
-        text = report_text(args)
+        text = table_text(args)
     except CapacityError as exc:
         print(f"kv-sidecar capacity: error: {exc}", file=sys.stderr)
         return 2
@@ -194,8 +194,8 @@ def _memory_flag(raw: str, flag: str) -> int:
         raise CapacityError(f"{flag}: {raw!r} is not a size (write 6442450944, 6GiB or 6GB)") from None
 
 
-def report_text(args: argparse.Namespace) -> str:
-    """The rendered report for parsed arguments (raises CapacityError on bad input)."""
+def table_text(args: argparse.Namespace) -> str:
+    """The rendered table for parsed arguments (raises CapacityError on bad input)."""
     spec = load_model(args.model_config)
     tp = _int(args.tensor_parallel_size, "--tensor-parallel-size")
     pp = _int(args.pipeline_parallel_size, "--pipeline-parallel-size")
@@ -247,7 +247,7 @@ def report_text(args: argparse.Namespace) -> str:
             vllm_version=version,
             weights=weights,
         )
-    report = build_report(
+    table = build_table(
         spec,
         layout,
         weights=weights,
@@ -258,7 +258,7 @@ def report_text(args: argparse.Namespace) -> str:
         gpu_memory_bytes=gpu_memory,
         weights_given=args.weights_memory is not None,
     )
-    return RENDERERS[args.format](report)
+    return RENDERERS[args.format](table)
 
 
 def main(argv: list[str] | None = None) -> int:

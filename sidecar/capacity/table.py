@@ -24,7 +24,7 @@ from .inverse import inflection_context_length, required_utilization
 from .layout import KVLayout
 
 
-def build_report(
+def build_table(
     spec: ModelSpec,
     layout: KVLayout,
     *,
@@ -119,8 +119,8 @@ def build_report(
     return out
 
 
-def render_json(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=2, sort_keys=False)
+def render_json(table: dict[str, Any]) -> str:
+    return json.dumps(table, indent=2, sort_keys=False)
 
 
 def _gib(n: float) -> str:

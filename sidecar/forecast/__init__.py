@@ -5,15 +5,15 @@
 - ``histogram``: window mean/quantile of Prometheus cumulative histograms (reset-safe).
 - ``sizing``: requests that fit, suggested gpu_memory_utilization / kv_cache_memory_bytes,
   shortfall, replicas and the cheaper levers (fp8 KV, fewer KV heads, max_model_len).
-- ``advice``: the fixed ACTIONS/REASONS and ``recommend``.
+- ``recommendation``: the one top recommendation: the fixed ACTIONS/REASONS and ``recommend``.
 - ``policy``: the advice policy, ``advise``: memory mode, suggestions, levers, and the warm-up gate
   that withholds advice to lower memory (only what it allows is returned).
 
 Formulas and the estimator choice: docs/forecast.md.
 """
 
-from .advice import ACTIONS, MEMORY_MODES, REASONS, Recommendation, recommend
 from .histogram import HistogramSnapshot, window_delta, window_mean, window_quantile
+from .recommendation import ACTIONS, MEMORY_MODES, REASONS, Recommendation, recommend
 from .sizing import (
     capacity_at_utilization,
     capacity_shortfall_tokens,

@@ -3,7 +3,7 @@
 One pure function, :func:`advise`, over plain numbers: the pool vLLM runs with now
 (:class:`Pool`), what the capacity model knows about the served model
 (:class:`ServedModel`, absent without ``model.config``) and the policy's settings
-(:class:`Settings`). It decides
+(:class:`AdviceSettings`). It decides
 
 - the *memory mode*: vLLM takes its KV budget from ``kv_cache_memory_bytes`` when
   that is set and ignores ``gpu_memory_utilization`` then (``CacheConfig`` in
@@ -12,7 +12,7 @@ One pure function, :func:`advise`, over plain numbers: the pool vLLM runs with n
 - the suggested setting, the largest pool the GPU allows (``C_max``), the
   shortfall and replicas when even that pool is too small, and the cheaper
   *levers* (fp8 KV cache, fewer KV heads, a shorter ``max_model_len``);
-- the top :class:`~sidecar.forecast.advice.Recommendation`;
+- the top :class:`~sidecar.forecast.recommendation.Recommendation`;
 - the *warm-up gate*: a peak above target is evidence at once, but the absence
   of peaks is evidence only after a whole ``forecast.peak_window`` has been
   watched. Until then nothing that lowers memory is returned: neither a
@@ -30,7 +30,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .advice import Recommendation, recommend
+from ..capacity.budget import NonKVBytes
+from .recommendation import Recommendation, recommend
 from .sizing import (
     capacity_at_utilization,
     capacity_shortfall_tokens,
@@ -61,20 +62,6 @@ class Pool:
 
 
 @dataclass(frozen=True)
-class NonKVBytes:
-    """What stays on one rank besides the KV cache (bytes): vLLM's ``non_kv_cache_memory`` and CUDA graphs."""
-
-    weights: float
-    activation: float
-    non_torch: float
-    cudagraph: float
-
-    @property
-    def total(self) -> float:
-        return self.weights + self.activation + self.non_torch + self.cudagraph
-
-
-@dataclass(frozen=True)
 class ServedModel:
     """What the capacity model (``model.config``) says about the served model on one rank."""
 
@@ -91,7 +78,9 @@ class ServedModel:
 
 
 @dataclass(frozen=True)
-class Settings:
+class AdviceSettings:
+    """The settings the policy reads (``thresholds:`` and ``forecast:`` sections)."""
+
     target_usage: float  # thresholds.target_usage
     utilization_min: float  # forecast.utilization_min
     utilization_max: float  # forecast.utilization_max
@@ -125,7 +114,7 @@ _NO_MEMORY = _Memory()  # nothing to suggest: the inputs for the memory setting 
 
 
 def advise(
-    *, peak_demand_tokens: float, watched_s: float, pool: Pool, model: ServedModel | None, settings: Settings
+    *, peak_demand_tokens: float, watched_s: float, pool: Pool, model: ServedModel | None, settings: AdviceSettings
 ) -> Advice:
     """Suggested memory setting, shortfall, replicas, levers and the top recommendation.
 
@@ -187,7 +176,7 @@ def advise(
 
 
 def _memory(
-    peak: float, c0: float, bs: int, bpt: float | None, pool: Pool, model: ServedModel | None, settings: Settings
+    peak: float, c0: float, bs: int, bpt: float | None, pool: Pool, model: ServedModel | None, settings: AdviceSettings
 ) -> _Memory:
     """The setting that sizes vLLM's pool, at which the peak would sit at target, and ``C_max``."""
     target, hi = settings.target_usage, settings.utilization_max

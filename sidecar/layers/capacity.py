@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from .. import capacity as cap
 from ..config import ConfigError, ModelSettings, as_config_problem
 from ..derive import Derived
-from ..forecast.policy import NonKVBytes
 from ..observation import Observation
 from ..state import History, TargetModelEngine
 from .cache_labels import actual_capacity, label, label_float, max_model_len
@@ -120,7 +119,7 @@ class CapacityLayer:
                     )
         return Theory(layout, exact, estimated, budget)
 
-    def non_kv_bytes(self, layout: cap.KVLayout) -> NonKVBytes:
+    def non_kv_bytes(self, layout: cap.KVLayout) -> cap.NonKVBytes:
         """Weights, activation peak, non-torch and CUDA-graph bytes on one rank: the model.*_memory
         overrides, else the capacity model's estimates (docs/capacity.md, "The budget"; CUDA graphs
         only when given)."""
@@ -136,7 +135,7 @@ class CapacityLayer:
             else cap.activation_estimate_bytes(spec, layout, layout.max_num_batched_tokens)
         )
         non_torch = m.non_torch_memory if m.non_torch_memory is not None else cap.non_torch_estimate_bytes(layout)
-        return NonKVBytes(float(weights), float(activation), float(non_torch), float(m.cudagraph_memory or 0))
+        return cap.NonKVBytes(float(weights), float(activation), float(non_torch), float(m.cudagraph_memory or 0))
 
     @staticmethod
     def _tokens(layout: cap.KVLayout, budget_bytes: int, max_model_len: int | None) -> int:

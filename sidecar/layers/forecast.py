@@ -18,7 +18,7 @@ from collections.abc import Callable
 from .. import forecast as fc
 from ..config import ForecastSettings
 from ..derive import Derived
-from ..forecast.policy import Advice, Pool, ServedModel, Settings, advise
+from ..forecast.policy import Advice, AdviceSettings, Pool, ServedModel, advise
 from ..observation import Histogram, Observation
 from ..state import History, TargetModelEngine
 from .cache_labels import label_float, max_model_len
@@ -50,7 +50,7 @@ class ForecastLayer:
         self.watermark = watermark
         self.derive_window_s = derive_window_s
         self.capacity = capacity
-        self.policy = Settings(
+        self.advice_settings = AdviceSettings(
             target_usage=target_usage,
             utilization_min=settings.utilization_min,
             utilization_max=settings.utilization_max,
@@ -73,7 +73,7 @@ class ForecastLayer:
         obs = history[-1][1]
         pool = d.pool
         if pool is None or pool.block_size is None or pool.usable_blocks is None or d.used_tokens is None:
-            # e.g. a hybrid model or a generation without cache_config_info: no pool, no advice (advice.py)
+            # e.g. a hybrid model or a generation without cache_config_info: no pool, no advice (recommendation.py)
             return {"kvcache_recommendation_info": {("none", "insufficient_data"): 1.0}}
         bs = pool.block_size
         out: dict[str, object] = {}
@@ -116,7 +116,7 @@ class ForecastLayer:
             watched_s=now - self._first_seen.get(key, now),
             pool=self._pool(obs, pool.capacity_tokens, bs),
             model=self._served_model(obs),
-            settings=self.policy,
+            settings=self.advice_settings,
         )
         out.update(_advice_gauges(advice))
         return out
@@ -197,15 +197,11 @@ class ForecastLayer:
     def _record(
         self, key: TargetModelEngine, now: float, demand: float, obs: Observation
     ) -> deque[tuple[float, float]]:
+        previous = self._demand.get(key)
+        if previous and now < previous[-1][0]:  # a replay restarted: start afresh
+            self.forget(key)
         series = self._demand.setdefault(key, deque())
         peaks = self._peaks.setdefault(key, deque())
-        if series and now < series[-1][0]:  # a replay restarted: start afresh
-            series.clear()
-            peaks.clear()
-            self._first_seen.pop(key, None)
-            self._resets.pop(key, None)
-            self._last_counter.pop(key, None)
-            self._per_request.pop(key, None)
         self._first_seen.setdefault(key, now)
         if (not series or now > series[-1][0]) and math.isfinite(demand):
             series.append((now, demand))

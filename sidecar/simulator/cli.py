@@ -10,6 +10,7 @@ import threading
 from ..generations import GENERATIONS, Generation
 from .config import SimConfig
 from .scenarios import SCENARIOS
+from .server import SimServer
 from .simulation import Simulator, SimulatorConfigError
 
 #: CLI flag -> SimConfig field, for the flags that override the scenario's server.
@@ -106,8 +107,6 @@ def build_simulator(args: argparse.Namespace) -> Simulator:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .server import SimServer
-
     if args.list_scenarios:
         for name, s in SCENARIOS.items():
             print(f"{name:22s} {s.duration_s / 60:6.0f} min  {s.description}")

@@ -28,6 +28,7 @@ docs/vllm-metrics.md ("Metric generations"):
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -58,7 +59,6 @@ Value = Callable[[Engine, dict[str, str]], float]
 CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
 
 G = Generation
-V1_ALL = {G.V1_GPU_NAMES, G.V1_BOTH_NAMES, G.V1, G.V1_CAPACITY_LABELS}
 NEW_NAMES = {G.V1_BOTH_NAMES, G.V1, G.V1_CAPACITY_LABELS}
 GPU_NAMES = {G.V1_GPU_NAMES, G.V1_BOTH_NAMES}
 V011 = {G.V1, G.V1_CAPACITY_LABELS}
@@ -154,8 +154,6 @@ def _rebucket(h: Histogram, bounds: list[float]) -> Histogram:
     """Approximate another bucket list from ours (counts of each of our buckets land in the
     first new bucket that holds its upper bound). Only used for the V0 time histograms."""
     out = Histogram(bounds)
-    import bisect
-
     for i, c in enumerate(h.counts):
         if c:
             ub = h.bounds[i] if i < len(h.bounds) else float("inf")

@@ -79,7 +79,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body leave at once, no delayed-ACK stall
     sys_version = ""
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass  # a scrape every few seconds would flood the terminal
 
     def _send(self, code: int, body: bytes, content_type: str, sim_time: float) -> None:
@@ -91,7 +91,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         now, up, body = self.owner.sync()
         if path not in ("/metrics", "/health"):

@@ -153,9 +153,6 @@ class Simulator:
         """``kv_cache_usage_perc`` of one engine: used / (num_blocks - 1)."""
         return self.engines[engine].usage()
 
-    def max_usage(self) -> float:
-        return max(e.usage() for e in self.engines)
-
     # -- exposition ---------------------------------------------------------------------
     def render(self, generation: Generation | str = Generation.V1_CAPACITY_LABELS) -> str:
         """The ``/metrics`` body a vLLM of that metric generation would serve now."""

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from alerttools import _SKIPS, require_tool  # noqa: E402
+from alerttools import _SKIPS, require_tool
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Repeat the skip reasons at the very end, where nobody can miss them."""
     if _SKIPS:
         terminalreporter.section("prometheus tools", sep="!", yellow=True, bold=True)

@@ -55,7 +55,7 @@ def _kv_sidecar() -> list[str]:
 
 def _get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (loopback only)
+        with urllib.request.urlopen(url, timeout=timeout) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -71,7 +71,7 @@ class Processes:
         self.procs: dict[str, subprocess.Popen] = {}
 
     def start(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = open(self.logdir / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        log = open(self.logdir / f"{name}.log", "wb")
         proc = subprocess.Popen(
             argv,
             stdout=log,
@@ -121,7 +121,7 @@ class Webhook:
         received = self.received
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with lock:
                     received.append((self.path, json.loads(body)))

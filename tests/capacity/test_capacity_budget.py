@@ -68,7 +68,7 @@ def test_parse_memory_refuses(text):
         ("Llama-3.1-8B", 14.99, 0.01),
         ("Qwen2.5-7B", 14.25, 0.01),  # Qwen2-7B has the same shape
         # mxfp4 experts: 60.7 GiB from the shapes, 6 % under the log, because vLLM's MXFP4 MoE
-        # kernels pad the experts to their tile (docs/capacity.md, "Weights")
+        # kernels pad the experts to their tile (docs/capacity.md, "The budget", the weights item)
         ("gpt-oss-120b", 64.4, 0.07),
     ],
 )

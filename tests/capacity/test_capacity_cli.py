@@ -114,7 +114,7 @@ def test_json_vllm_cpu_capture_figures():
 
 
 def grid_contexts(text: str) -> list[str]:
-    """The context column of the memory grid of a table report."""
+    """The context column of the memory grid of the text table."""
     lines = text.splitlines()
     start = lines.index("KV cache memory per rank (GiB; x weights)") + 2
     rows = []

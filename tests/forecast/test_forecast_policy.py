@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.forecast.advice import Recommendation
-from sidecar.forecast.policy import NonKVBytes, Pool, ServedModel, Settings, advise
+from sidecar.capacity import NonKVBytes
+from sidecar.forecast.policy import AdviceSettings, Pool, ServedModel, advise
+from sidecar.forecast.recommendation import Recommendation
 
 GiB = 2**30
 BPT = 131_072
 M = 80 * GiB
 C0 = 6144 * 16
 USABLE = C0 - 16
-SETTINGS = Settings(target_usage=0.75, utilization_min=0.5, utilization_max=0.95, peak_window_s=3600.0)
+ADVICE_SETTINGS = AdviceSettings(target_usage=0.75, utilization_min=0.5, utilization_max=0.95, peak_window_s=3600.0)
 WATCHED = 3600.0  # a whole peak window: the gate is open
 NON_KV = NonKVBytes(weights=15 * GiB, activation=1.5 * GiB, non_torch=0.5 * GiB, cudagraph=0.0)
 
@@ -68,7 +69,9 @@ def test_raise_utilization_with_the_configured_gpu_memory():
         gpu_memory_bytes=M,
         non_kv_bytes=never,
     )
-    a = advise(peak_demand_tokens=98_292, watched_s=WATCHED, pool=by_utilization(), model=served, settings=SETTINGS)
+    a = advise(
+        peak_demand_tokens=98_292, watched_s=WATCHED, pool=by_utilization(), model=served, settings=ADVICE_SETTINGS
+    )
     assert a.recommendation == Recommendation("raise_gpu_memory_utilization", "peak_above_target")
     basis, u = a.suggested_gpu_memory_utilization
     assert basis == "configured" and u == pytest.approx(0.90, abs=1e-12)
@@ -85,7 +88,7 @@ def test_gpu_memory_is_inferred_from_the_pool_when_not_configured():
         watched_s=WATCHED,
         pool=pool,
         model=model(gpu_memory=None),
-        settings=SETTINGS,
+        settings=ADVICE_SETTINGS,
     )
     basis, u = a.suggested_gpu_memory_utilization
     assert basis == "inferred"
@@ -96,7 +99,9 @@ def test_gpu_memory_is_inferred_from_the_pool_when_not_configured():
 
 
 def test_without_the_capacity_model_there_is_no_utilization_to_suggest():
-    a = advise(peak_demand_tokens=98_292, watched_s=WATCHED, pool=by_utilization(), model=None, settings=SETTINGS)
+    a = advise(
+        peak_demand_tokens=98_292, watched_s=WATCHED, pool=by_utilization(), model=None, settings=ADVICE_SETTINGS
+    )
     assert a.suggested_gpu_memory_utilization is None and a.suggested_kv_cache_memory_bytes is None
     assert a.capacity_shortfall_tokens is None and a.lever_capacity_tokens == {}
     assert a.recommendation == Recommendation("raise_gpu_memory_utilization", "peak_above_target")
@@ -107,7 +112,7 @@ def test_without_the_capacity_model_there_is_no_utilization_to_suggest():
 
 def test_kv_cache_memory_bytes_mode_names_the_setting_that_acts():
     # no model: bytes per token from vLLM's own pool, 12 GiB / 98,304 tokens = 131,072; no GPU size: no cap
-    a = advise(peak_demand_tokens=98_292, watched_s=WATCHED, pool=by_bytes(), model=None, settings=SETTINGS)
+    a = advise(peak_demand_tokens=98_292, watched_s=WATCHED, pool=by_bytes(), model=None, settings=ADVICE_SETTINGS)
     assert a.recommendation == Recommendation("raise_kv_cache_memory_bytes", "peak_above_target")
     assert a.suggested_kv_cache_memory_bytes == 131_072 * BPT  # C* x bytes per token = 16 GiB
     assert a.suggested_gpu_memory_utilization is None
@@ -118,7 +123,9 @@ def test_kv_cache_memory_bytes_capped_by_the_gpu_with_shortfall_replicas_and_lev
     # 0.95 x 80 GiB - (60 + 1.5 + 0.5) GiB = 14 GiB of KV at most = 7168 blocks of 2 MiB = 114,688 tokens
     heavy = NonKVBytes(weights=60 * GiB, activation=1.5 * GiB, non_torch=0.5 * GiB, cudagraph=0.0)
     pool = by_bytes(requests_running=10)
-    a = advise(peak_demand_tokens=120_000, watched_s=WATCHED, pool=pool, model=model(non_kv=heavy), settings=SETTINGS)
+    a = advise(
+        peak_demand_tokens=120_000, watched_s=WATCHED, pool=pool, model=model(non_kv=heavy), settings=ADVICE_SETTINGS
+    )
     assert a.suggested_kv_cache_memory_bytes == 14 * GiB  # C* = 160,016 tokens would need more: capped
     assert a.capacity_shortfall_tokens == 160_016 - 114_688
     assert a.suggested_replicas == 2  # ceil(120,000 / (0.75 x 114,672))
@@ -131,11 +138,15 @@ def test_kv_cache_memory_bytes_capped_by_the_gpu_with_shortfall_replicas_and_lev
     assert a.recommendation == Recommendation("enable_fp8_kv_cache", "shortfall_fp8_covers")
 
 
-def test_the_budget_vllm_runs_with_now_is_never_above_the_cap():
+def test_the_cap_is_never_below_the_budget_vllm_runs_with_now():
     # estimates saying the GPU has no room left (non-KV > 0.95 x M) still allow today's 12 GiB
     huge = NonKVBytes(weights=80 * GiB, activation=0.0, non_torch=0.0, cudagraph=0.0)
     a = advise(
-        peak_demand_tokens=120_000, watched_s=WATCHED, pool=by_bytes(), model=model(non_kv=huge), settings=SETTINGS
+        peak_demand_tokens=120_000,
+        watched_s=WATCHED,
+        pool=by_bytes(),
+        model=model(non_kv=huge),
+        settings=ADVICE_SETTINGS,
     )
     assert a.suggested_kv_cache_memory_bytes == 12 * GiB
     assert a.capacity_shortfall_tokens == 160_016 - C0
@@ -153,7 +164,7 @@ def test_levers_left_out_when_they_cannot_help():
         watched_s=WATCHED,
         pool=by_bytes(requests_running=10, max_model_len=8192),
         model=served,
-        settings=SETTINGS,
+        settings=ADVICE_SETTINGS,
     )
     assert a.capacity_shortfall_tokens == 160_016 - 114_688
     assert a.lever_capacity_tokens == {}
@@ -167,19 +178,21 @@ QUIET = 0.3 * USABLE  # peak usage 0.3: memory could be given back
 
 
 def test_warming_up_withholds_lowering_the_utilization():
-    a = advise(peak_demand_tokens=QUIET, watched_s=60.0, pool=by_utilization(), model=model(), settings=SETTINGS)
+    a = advise(peak_demand_tokens=QUIET, watched_s=60.0, pool=by_utilization(), model=model(), settings=ADVICE_SETTINGS)
     assert a.recommendation == Recommendation("none", "insufficient_data")
     assert a.suggested_gpu_memory_utilization is None  # it would be below the 0.85 in use
-    after = advise(peak_demand_tokens=QUIET, watched_s=3600.0, pool=by_utilization(), model=model(), settings=SETTINGS)
+    after = advise(
+        peak_demand_tokens=QUIET, watched_s=3600.0, pool=by_utilization(), model=model(), settings=ADVICE_SETTINGS
+    )
     assert after.recommendation == Recommendation("lower_gpu_memory_utilization", "peak_below_target")
     assert after.suggested_gpu_memory_utilization[1] < 0.85
 
 
 def test_warming_up_withholds_lowering_the_kv_bytes():
-    a = advise(peak_demand_tokens=QUIET, watched_s=3599.0, pool=by_bytes(), model=None, settings=SETTINGS)
+    a = advise(peak_demand_tokens=QUIET, watched_s=3599.0, pool=by_bytes(), model=None, settings=ADVICE_SETTINGS)
     assert a.recommendation == Recommendation("none", "insufficient_data")
     assert a.suggested_kv_cache_memory_bytes is None
-    after = advise(peak_demand_tokens=QUIET, watched_s=3600.0, pool=by_bytes(), model=None, settings=SETTINGS)
+    after = advise(peak_demand_tokens=QUIET, watched_s=3600.0, pool=by_bytes(), model=None, settings=ADVICE_SETTINGS)
     assert after.recommendation == Recommendation("lower_kv_cache_memory_bytes", "peak_below_target")
     assert after.suggested_kv_cache_memory_bytes < 12 * GiB
 
@@ -187,15 +200,15 @@ def test_warming_up_withholds_lowering_the_kv_bytes():
 def test_warming_up_withholds_lower_max_model_len_too():
     # one 98,288-token request fills the pool: the advice would be to lower max_model_len
     pool = by_utilization(max_model_len=USABLE)
-    a = advise(peak_demand_tokens=QUIET, watched_s=0.0, pool=pool, model=None, settings=SETTINGS)
+    a = advise(peak_demand_tokens=QUIET, watched_s=0.0, pool=pool, model=None, settings=ADVICE_SETTINGS)
     assert a.recommendation == Recommendation("none", "insufficient_data")
-    after = advise(peak_demand_tokens=QUIET, watched_s=WATCHED, pool=pool, model=None, settings=SETTINGS)
+    after = advise(peak_demand_tokens=QUIET, watched_s=WATCHED, pool=pool, model=None, settings=ADVICE_SETTINGS)
     assert after.recommendation == Recommendation("lower_max_model_len", "max_model_len_blocks_lowering")
 
 
 def test_a_peak_above_target_is_evidence_at_once():
-    a = advise(peak_demand_tokens=98_292, watched_s=0.0, pool=by_utilization(), model=model(), settings=SETTINGS)
+    a = advise(peak_demand_tokens=98_292, watched_s=0.0, pool=by_utilization(), model=model(), settings=ADVICE_SETTINGS)
     assert a.recommendation == Recommendation("raise_gpu_memory_utilization", "peak_above_target")
     assert a.suggested_gpu_memory_utilization == ("configured", pytest.approx(0.90, abs=1e-12))
-    b = advise(peak_demand_tokens=98_292, watched_s=0.0, pool=by_bytes(), model=None, settings=SETTINGS)
+    b = advise(peak_demand_tokens=98_292, watched_s=0.0, pool=by_bytes(), model=None, settings=ADVICE_SETTINGS)
     assert b.suggested_kv_cache_memory_bytes == 16 * GiB

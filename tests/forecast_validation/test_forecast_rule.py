@@ -9,36 +9,53 @@ docs/forecast-validation.md cannot disagree.
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
-from sidecar import forecast_validation as bench
+import pytest
+import yaml
+
+from sidecar.forecast_validation import (
+    FORECAST_FLAGS,
+    FORECAST_RULE,
+    FORECAST_SPECIFIED,
+    GAUGES,
+    STATIC_ALERT,
+    STATIC_RULE,
+    TTF,
+    Trace,
+    collect,
+    firings,
+    fmt_lead,
+    outcome,
+)
+from sidecar.units import parse_duration
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def _one(scenario: str, seed: int) -> bench.Trace:
-    (trace,) = bench.collect(scenario, seed, [bench.SETTINGS])
+def _one(scenario: str, seed: int) -> Trace:
+    (trace,) = collect(scenario, seed, [FORECAST_FLAGS])
     return trace
 
 
 def test_for_semantics_on_a_hand_made_series():
     """``for: 2m`` every 5 s: fires at the 25th consecutive true evaluation; one false one resets it."""
-    tr = bench.Trace("hand", 0, "-")
+    tr = Trace("hand", 0, "-")
     tr.t = [5.0 * i for i in range(1, 80)]
     ttf = [100.0] * 30 + [None] + [100.0] * 48  # the gauge missing once at t=155 s
-    tr.g = {n: [None] * len(tr.t) for n in bench.GAUGES}
-    tr.g[bench.TTF] = ttf
-    eps = bench.firings(bench.FORECAST_SPECIFIED, tr)
+    tr.g = {n: [None] * len(tr.t) for n in GAUGES}
+    tr.g[TTF] = ttf
+    eps = firings(FORECAST_SPECIFIED, tr)
     assert eps == [(125.0, 150.0), (160.0 + 120.0, tr.t[-1])]
 
 
 def test_fires_before_the_first_preemption_on_a_ramp():
     trace = _one("ramp-10m", 1)
-    fc = bench.outcome(bench.FORECAST_RULE, trace)
-    static = bench.outcome(bench.STATIC_RULE, trace)
+    fc = outcome(FORECAST_RULE, trace)
+    static = outcome(STATIC_RULE, trace)
     print(
         f"\nramp-10m seed 1: first preemption {trace.first_preemption / 60:.1f} min; forecast lead "
-        f"{bench.fmt_lead(fc.lead_min)} min, static lead {bench.fmt_lead(static.lead_min)} min"
+        f"{fmt_lead(fc.lead_min)} min, static lead {fmt_lead(static.lead_min)} min"
     )
     assert trace.preemptions > 0 and trace.first_preemption is not None
     assert fc.lead_min is not None and fc.lead_min > 0
@@ -49,20 +66,14 @@ def test_fires_before_the_first_preemption_on_a_ramp():
 def test_quiet_on_steady_low():
     trace = _one("steady-low", 1)
     assert trace.preemptions == 0
-    published = [v for v in trace.g[bench.TTF] if v is not None]
+    published = [v for v in trace.g[TTF] if v is not None]
     assert len(published) > 0.9 * len(trace.t)  # the forecast was there to fire, it did not
-    assert bench.firings(bench.FORECAST_RULE, trace) == []
-    assert bench.firings(bench.STATIC_RULE, trace) == []
+    assert firings(FORECAST_RULE, trace) == []
+    assert firings(STATIC_RULE, trace) == []
 
 
 def test_the_bench_evaluates_the_rules_that_are_shipped():
     """The validation figures describe alerts/kvcache.rules.yaml, not a copy that could drift."""
-    from pathlib import Path
-
-    import yaml
-
-    from sidecar.units import parse_duration
-
     shipped = Path(__file__).resolve().parents[2] / "alerts" / "kvcache.rules.yaml"
     rules = [r for g in yaml.safe_load(shipped.read_text())["groups"] for r in g["rules"] if "alert" in r]
 
@@ -70,5 +81,5 @@ def test_the_bench_evaluates_the_rules_that_are_shipped():
         (rule,) = [r for r in rules if r["alert"] == name and r["labels"]["severity"] == severity]
         return rule["expr"], parse_duration(rule["for"])
 
-    assert (bench.FORECAST_RULE.expr, bench.FORECAST_RULE.for_s) == shipped_rule("KVCacheFullSoon", "critical")
-    assert (bench.STATIC_ALERT.expr, bench.STATIC_ALERT.for_s) == shipped_rule("KVCacheAlmostFull", "critical")
+    assert (FORECAST_RULE.expr, FORECAST_RULE.for_s) == shipped_rule("KVCacheFullSoon", "critical")
+    assert (STATIC_ALERT.expr, STATIC_ALERT.for_s) == shipped_rule("KVCacheAlmostFull", "critical")

@@ -44,7 +44,7 @@ from sidecar.config import load_config
 from sidecar.daemon import Sidecar
 from sidecar.generations import Generation
 from sidecar.layers import build_extenders
-from sidecar.replay import Pipeline, new_parser, replay_config, scrape_body
+from sidecar.replay import Pipeline, replay_config
 from sidecar.simulator import SimConfig, Simulator
 
 pytestmark = pytest.mark.timeout(120)
@@ -129,11 +129,10 @@ def _reference(times: list[float]) -> list[dict]:
     """The same scenario replayed in-process, scraped at exactly ``times`` (simulated)."""
     sim = Simulator(SimConfig(), scenario=SCENARIO, seed=SEED)
     pipe = Pipeline(replay_config(**FORECAST), MODEL)
-    parser = new_parser()
     out = []
     for t in times:
         sim.advance_to(t)
-        pipe.ingest(t, scrape_body(sim.render(Generation.V1_CAPACITY_LABELS).encode(), parser))
+        pipe.ingest(t, pipe.read(sim.render(Generation.V1_CAPACITY_LABELS).encode()))
         out.append({g: pipe.gauge(g) for g in GAUGES})
     return out
 

@@ -25,7 +25,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers below, whatever the import mode
 
-from realvllm_harness import (  # noqa: E402
+from realvllm_harness import (
     TINYMODEL,
     Sidecar,
     VllmServer,
@@ -66,7 +66,7 @@ def _skip_or_fail(reason: str) -> None:
     pytest.skip(message)
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Print the measured figures; repeat a skip reason at the very end, where nobody can miss it."""
     if _FIGURES:
         terminalreporter.section("real vLLM figures")
