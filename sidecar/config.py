@@ -29,6 +29,7 @@ import yaml
 
 from . import capacity as cap
 from .artifacts.params import RuleParams, Thresholds
+from .parsers import Invalid, read_bearer_token
 from .settings import (
     ALERT_SETTINGS,
     DEFAULT_TARGET,
@@ -37,13 +38,11 @@ from .settings import (
     TARGET_SETTINGS,
     TARGETS_ENV,
     TARGETS_FLAG,
-    Invalid,
     Setting,
     default,
     default_staleness,
     default_timeout,
     flag_name,
-    read_bearer_token,
     section_keys,
 )
 from .units import format_duration

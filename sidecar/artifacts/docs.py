@@ -16,6 +16,7 @@ import textwrap
 import yaml
 
 from ..metrics import BY_NAME, CATALOGUE, ONCALL
+from ..parsers import Choice, Text
 from ..settings import (
     ALERT_SETTINGS,
     DEFAULT_TARGET,
@@ -24,9 +25,7 @@ from ..settings import (
     TARGET_SETTINGS,
     TARGETS_ENV,
     TARGETS_FLAG,
-    Choice,
     Setting,
-    Text,
     flag_name,
 )
 
