@@ -55,7 +55,6 @@ __all__ = [
     "ForecastSettings",
     "ModelSettings",
     "TargetConfig",
-    "as_config_problem",
     "build_config",
     "load_config",
     "load_rule_params",
@@ -383,11 +382,11 @@ def model_problems(model: ModelSettings) -> list[str]:
         spec = cap.load_model(model.config)
         cap.kv_layout(spec, tp=model.tensor_parallel_size, pp=model.pipeline_parallel_size, dtype=model.dtype)
     except cap.CapacityError as e:
-        return [as_config_problem(e)]
+        return [_as_config_problem(e)]
     return []
 
 
-def as_config_problem(error: cap.CapacityError) -> str:
+def _as_config_problem(error: cap.CapacityError) -> str:
     """A capacity-model error with the calculator flag it starts with replaced by the sidecar's field."""
     flag, sep, rest = str(error).partition(": ")
     return f"{_FIELD_OF_FLAG[flag]}: {rest}" if sep and flag in _FIELD_OF_FLAG else f"model: {error}"

@@ -1,4 +1,4 @@
-"""Writing generated files: stable YAML and JSON text, and atomic replacement.
+"""Writing generated files: stable YAML text, and atomic replacement.
 
 "Stable" means the same input always gives the same bytes (key order kept as built, no
 aliases, no line wrapping), so a generated file committed to git only changes when its
@@ -7,7 +7,6 @@ content does, and ``make generate`` followed by ``git diff`` shows exactly what 
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -36,11 +35,6 @@ def dump_yaml(doc: Any) -> str:
     return yaml.dump(
         doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1_000_000, allow_unicode=True
     )
-
-
-def dump_json(doc: Any) -> str:
-    """``doc`` as JSON with two-space indentation and a final newline (keys in insertion order)."""
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -65,28 +65,34 @@ GENERATED: tuple[Generated, ...] = (
 )
 
 
-def stale(root: Path) -> list[Generated]:
-    """The artifacts whose committed text under ``root`` differs from what their generator gives."""
-    out = []
+def plan(root: Path) -> tuple[dict[Path, str], list[Generated]]:
+    """What regenerating under ``root`` changes: the new text of each file that differs, and the
+    artifacts that made it differ. Artifacts apply in order, so two blocks of one file compose."""
+    before: dict[Path, str] = {}
+    after: dict[Path, str] = {}
+    changed: list[Generated] = []
     for artifact in GENERATED:
         path = root / artifact.path
-        current = path.read_text(encoding="utf-8") if path.exists() else ""
-        if artifact.updated(current) != current:
-            out.append(artifact)
-    return out
+        if path not in after:
+            before[path] = after[path] = path.read_text(encoding="utf-8") if path.exists() else ""
+        text = artifact.updated(after[path])
+        if text != after[path]:
+            after[path] = text
+            changed.append(artifact)
+    return {path: text for path, text in after.items() if text != before[path]}, changed
+
+
+def stale(root: Path) -> list[Generated]:
+    """The artifacts whose committed text under ``root`` differs from what their generator gives."""
+    return plan(root)[1]
 
 
 def generate(root: Path) -> list[Path]:
-    """Rewrite every out-of-date artifact under ``root``; the paths written."""
-    written: list[Path] = []
-    for artifact in GENERATED:  # in order: two blocks of one file are applied one after the other
-        path = root / artifact.path
-        current = path.read_text(encoding="utf-8") if path.exists() else ""
-        text = artifact.updated(current)
-        if text != current:
-            write_atomically(path, text)
-            written.append(path)
-    return written
+    """Rewrite every out-of-date file under ``root``; the paths written."""
+    texts, _ = plan(root)
+    for path, text in texts.items():
+        write_atomically(path, text)
+    return list(texts)
 
 
 def main(argv: list[str] | None = None) -> int:

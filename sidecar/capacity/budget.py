@@ -276,14 +276,36 @@ def cudagraph_estimate_bytes(layout: KVLayout) -> int:
 class NonKVBytes:
     """What stays on one rank besides the KV cache (bytes): vLLM's ``non_kv_cache_memory`` and CUDA graphs."""
 
-    weights: float
-    activation: float
-    non_torch: float
-    cudagraph: float
+    weights: int
+    activation: int
+    non_torch: int
+    cudagraph: int
 
     @property
-    def total(self) -> float:
+    def total(self) -> int:
         return self.weights + self.activation + self.non_torch + self.cudagraph
+
+
+def non_kv_bytes(
+    spec: ModelSpec,
+    layout: KVLayout,
+    *,
+    max_num_batched_tokens: int,
+    weights: int | None = None,
+    activation_bytes: int | None = None,
+    non_torch_bytes: int | None = None,
+    cudagraph_bytes: int = 0,
+) -> NonKVBytes:
+    """Weights, activation peak and non-torch memory on the most loaded rank: each the measured value
+    when given (vLLM's start-up log), else the estimate above; the CUDA-graph term as given."""
+    w = weights_bytes(spec, tp=layout.tp, pp=layout.pp, dtype=layout.served_dtype) if weights is None else weights
+    act = (
+        activation_estimate_bytes(spec, layout, max_num_batched_tokens)
+        if activation_bytes is None
+        else activation_bytes
+    )
+    nt = non_torch_estimate_bytes(layout) if non_torch_bytes is None else non_torch_bytes
+    return NonKVBytes(w, act, nt, cudagraph_bytes)
 
 
 @dataclass(frozen=True)
@@ -355,23 +377,24 @@ def estimate_budget(
         raise CapacityError(f"--gpu-memory: must be more than 0 bytes, got {gpu_memory_bytes}")
     util = check_utilization(gpu_memory_utilization)
     requested = int(gpu_memory_bytes * util)
-    w = weights_bytes(spec, tp=layout.tp, pp=layout.pp, dtype=layout.served_dtype) if weights is None else weights
-    act = (
-        activation_estimate_bytes(spec, layout, max_num_batched_tokens)
-        if activation_bytes is None
-        else activation_bytes
-    )
-    nt = non_torch_estimate_bytes(layout) if non_torch_bytes is None else non_torch_bytes
     if cudagraph_bytes is None:
         v = parse_version(vllm_version)
         cudagraph_bytes = cudagraph_estimate_bytes(layout) if v is None or v >= CUDAGRAPH_BUDGET_SINCE else 0
-    kv = requested - w - act - nt - cudagraph_bytes
+    rest = non_kv_bytes(
+        spec,
+        layout,
+        max_num_batched_tokens=max_num_batched_tokens,
+        weights=weights,
+        activation_bytes=activation_bytes,
+        non_torch_bytes=non_torch_bytes,
+        cudagraph_bytes=cudagraph_bytes,
+    )
     return Budget(
-        kv_budget_bytes=kv,
+        kv_budget_bytes=requested - int(rest.total),
         requested_bytes=requested,
-        weights_bytes=w,
-        activation_bytes=act,
-        non_torch_bytes=nt,
+        weights_bytes=rest.weights,
+        activation_bytes=rest.activation,
+        non_torch_bytes=rest.non_torch,
         cudagraph_bytes=cudagraph_bytes,
         gpu_memory_bytes=gpu_memory_bytes,
         gpu_memory_utilization=util,

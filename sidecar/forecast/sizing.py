@@ -240,7 +240,7 @@ def capacity_with_kv_dtype(
     The page is ``2 × bs × kv_heads × head_size × dtype_bytes`` (``AttentionSpec``
     in ``vllm/v1/kv_cache_interface.py``), so the same
     budget holds ``old ÷ new`` times the blocks: ×2 from a 2-byte dtype to fp8.
-    Plain fp8 only (per-token-head scale modes add bytes, A3). Whole blocks.
+    Plain fp8 only (per-token-head scale modes add bytes; docs/capacity.md, "KV dtype"). Whole blocks.
     """
     _positive("kv_dtype_bytes", kv_dtype_bytes)
     _positive("new_kv_dtype_bytes", new_kv_dtype_bytes)

@@ -27,10 +27,7 @@ __all__ = ["CapacityLayer", "ForecastLayer", "Theory", "build_extenders"]
 
 
 def build_extenders(config: Config) -> tuple[Extender, ...]:
-    """The layers this configuration enables, each given the settings it reads.
-
-    Raises ConfigError for an unusable model section.
-    """
+    """The layers this (validated) configuration enables, each given the settings it reads."""
     capacity = CapacityLayer(config.model) if config.model.config else None
     forecast = ForecastLayer(
         config.forecast,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .. import capacity as cap
-from ..config import ConfigError, ModelSettings, as_config_problem
+from ..config import ModelSettings
 from ..derive import Derived
 from ..observation import Observation
 from ..state import History, TargetModelEngine
@@ -43,18 +43,13 @@ class CapacityLayer:
     TOLERANCE = 0.05
 
     def __init__(self, settings: ModelSettings):
+        """``settings`` as :func:`sidecar.config.build_config` validated them: the model loads and its
+        TP/PP/dtype combination lays out (``sidecar.config.model_problems``), so nothing here can fail."""
         if settings.config is None:
             raise ValueError("CapacityLayer needs model.config")
         self.settings = settings
-        try:
-            self.spec = cap.load_model(settings.config)
-            # Validate TP/PP/dtype now, so a bad combination exits 2 before serving (vLLM refuses it too).
-            cap.kv_layout(
-                self.spec, tp=settings.tensor_parallel_size, pp=settings.pipeline_parallel_size, dtype=settings.dtype
-            )
-            self.gpu_memory = None if settings.gpu_memory is None else cap.parse_memory(settings.gpu_memory)
-        except cap.CapacityError as e:
-            raise ConfigError([as_config_problem(e)]) from None
+        self.spec = cap.load_model(settings.config)
+        self.gpu_memory = None if settings.gpu_memory is None else cap.parse_memory(settings.gpu_memory)
         self._layouts: dict[tuple[int | None, str, int | None], cap.KVLayout] = {}
         #: warnings already logged: ("estimate", engine) and (engine key, budget)
         self._warned: set[tuple[object, str]] = set()
@@ -123,19 +118,16 @@ class CapacityLayer:
         """Weights, activation peak, non-torch and CUDA-graph bytes on one rank: the model.*_memory
         overrides, else the capacity model's estimates (docs/capacity.md, "The budget"; CUDA graphs
         only when given)."""
-        spec, m = self.spec, self.settings
-        weights = (
-            m.weights_memory
-            if m.weights_memory is not None
-            else cap.weights_bytes(spec, tp=layout.tp, pp=layout.pp, dtype=layout.served_dtype)
+        m = self.settings
+        return cap.non_kv_bytes(
+            self.spec,
+            layout,
+            max_num_batched_tokens=layout.max_num_batched_tokens,
+            weights=m.weights_memory,
+            activation_bytes=m.activation_memory,
+            non_torch_bytes=m.non_torch_memory,
+            cudagraph_bytes=m.cudagraph_memory or 0,
         )
-        activation = (
-            m.activation_memory
-            if m.activation_memory is not None
-            else cap.activation_estimate_bytes(spec, layout, layout.max_num_batched_tokens)
-        )
-        non_torch = m.non_torch_memory if m.non_torch_memory is not None else cap.non_torch_estimate_bytes(layout)
-        return cap.NonKVBytes(float(weights), float(activation), float(non_torch), float(m.cudagraph_memory or 0))
 
     @staticmethod
     def _tokens(layout: cap.KVLayout, budget_bytes: int, max_model_len: int | None) -> int:
