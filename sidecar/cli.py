@@ -1,7 +1,8 @@
 """``kv-sidecar``: the command-line entry point.
 
 Subcommands: ``run`` (the daemon), ``check-config``, ``demo`` (simulator +
-sidecar), ``simulate``, ``capacity``, ``rules``, ``docs``. Exit codes: 0 ok,
+sidecar), ``simulate``, ``capacity``, ``rules``, ``dashboards`` (render, push,
+snapshot), ``docs``. Exit codes: 0 ok,
 2 bad configuration or input (every problem printed, nothing served).
 """
 
@@ -21,7 +22,13 @@ from .settings import DEFAULT_TARGET, SETTINGS, TARGETS_ENV, TARGETS_FLAG, add_f
 RUN_FLAGS: dict[str, tuple[str, str]] = {s.dest: (s.section, s.key) for s in SETTINGS if s.run_flag}
 
 #: Subcommands contributed by other modules: module path with an ``add_parser(subparsers)``.
-PLUGGED = ("sidecar.demo", "sidecar.simulator.cli", "sidecar.capacity.cli", "sidecar.artifacts.cli")
+PLUGGED = (
+    "sidecar.demo",
+    "sidecar.simulator.cli",
+    "sidecar.capacity.cli",
+    "sidecar.artifacts.cli",
+    "sidecar.artifacts.dashboards_cli",
+)
 
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:

@@ -16,11 +16,13 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache, partial
 from pathlib import Path
 
 from .docs import configuration_page, example_config, metrics_page, oncall_table, run_flags
 from .files import write_atomically
-from .params import RuleParams, Thresholds
+from .params import DASHBOARD_UIDS, RuleParams, Thresholds
+from .provisioning import CONFIGMAPS_FILE, DATASOURCE_FILE, PROVIDER_FILE, dashboard_provider_yaml, datasource_yaml
 from .rules import render
 
 FIX = "make generate"
@@ -50,6 +52,29 @@ class Generated:
         return pattern.sub(lambda m: m.group(1) + self.make() + m.group(3), current, count=1)
 
 
+@cache
+def _dashboard_texts() -> dict[str, str]:
+    """uid -> the committed dashboard JSON (default thresholds and labels).
+
+    Deferred import: the dashboard builder needs the ``dashboards`` extra (grafana-foundation-sdk).
+    """
+    from .dashboards import build_dashboards, render_dashboard_json
+
+    return {uid: render_dashboard_json(d) for uid, d in build_dashboards().items()}
+
+
+def _dashboard_text(uid: str) -> str:
+    return _dashboard_texts()[uid]
+
+
+def _configmaps() -> str:
+    from .provisioning import configmaps_yaml
+
+    return configmaps_yaml(_dashboard_texts())
+
+
+_DASHBOARDS_SOURCE = "sidecar/artifacts/dashboards.py with the default thresholds and labels"
+
 #: Every generated file the repository commits.
 GENERATED: tuple[Generated, ...] = (
     Generated(
@@ -62,6 +87,10 @@ GENERATED: tuple[Generated, ...] = (
     Generated("deploy/examples/sidecar.yaml", example_config, "sidecar/settings.py"),
     Generated("README.md", oncall_table, "sidecar/metrics.py (ONCALL)", block="oncall-metrics"),
     Generated("README.md", run_flags, "sidecar/settings.py", block="run-flags"),
+    *(Generated(f"dashboards/{uid}.json", partial(_dashboard_text, uid), _DASHBOARDS_SOURCE) for uid in DASHBOARD_UIDS),
+    Generated(PROVIDER_FILE, dashboard_provider_yaml, "sidecar/artifacts/provisioning.py"),
+    Generated(DATASOURCE_FILE, datasource_yaml, "sidecar/artifacts/provisioning.py"),
+    Generated(CONFIGMAPS_FILE, _configmaps, _DASHBOARDS_SOURCE),
 )
 
 

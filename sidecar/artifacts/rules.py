@@ -121,18 +121,28 @@ def _alert(
     return rule
 
 
-def recording_rules() -> list[dict[str, str]]:
+def recording_rules(th: Thresholds) -> list[dict[str, str]]:
     """Per namespace/model aggregates for the dashboards and the weekly report.
 
     Ratios are ratios of sums (``sum(rate(hits)) / sum(rate(queries))``, used
     over used + free), never averages of per-pod ratios, which would weigh an
     idle pod like a busy one (Prometheus docs, "Recording rules" practices:
     aggregate the numerator and denominator separately, then divide).
+
+    The capacity-planning dashboard reads the ``:bool`` series: 1 while some
+    pod of the model is above the warning (the watermark), else 0, so that
+    ``avg_over_time(...[1d]) * 24`` is the hours per day spent above it.
     """
     by = "by (namespace, model_name)"
 
     def agg(op: str, metric: str) -> dict[str, str]:
         return {"record": f"namespace_model:{metric}:{op}", "expr": f"{op} {by} ({metric})"}
+
+    def above(name: str, threshold: float) -> dict[str, str]:
+        return {
+            "record": f"namespace_model:kvcache_usage_above_{name}:bool",
+            "expr": f"max {by} (kvcache_usage_ratio) > bool {_num(threshold)}",
+        }
 
     def rate5m(counter: str) -> dict[str, str]:
         base = counter.removesuffix("_total")
@@ -169,6 +179,9 @@ def recording_rules() -> list[dict[str, str]]:
         # Usage only while the engine is awake: a sleeping engine reads 0 and
         # would drag the over-provisioning quantile down.
         {"record": "engine:kvcache_usage_ratio:awake", "expr": "kvcache_usage_ratio unless kvcache_engine_asleep == 1"},
+        above("warning", th.warning),
+        above("watermark", th.watermark),
+        agg("max", "kvcache_suggested_gpu_memory_utilization"),
     ]
 
 
@@ -382,7 +395,7 @@ def build_rule_groups(thresholds: Thresholds, params: RuleParams) -> dict[str, A
     """The rule-file mapping (``{"groups": [...]}``) for these thresholds and params."""
     capacity, sidecar = alerting_rules(thresholds, params)
     groups = [
-        {"name": "kvcache.rules", "rules": recording_rules()},
+        {"name": "kvcache.rules", "rules": recording_rules(thresholds)},
         {"name": "kvcache-capacity", "rules": capacity},
         {"name": "kvcache-sidecar", "rules": sidecar},
     ]

@@ -1,0 +1,437 @@
+"""``kv-sidecar dashboards push``: upsert the committed dashboards into a Grafana through its HTTP API.
+
+For a Grafana that is neither provisioned from files nor from ConfigMaps: the command ensures the
+folder (by its fixed uid, the one the file provisioning uses), then, for each dashboard JSON, reads the
+one Grafana holds under the same uid and writes only when something meaningful differs. Each line it
+prints says what happened to one dashboard (``kvcache-pod: updated``); ``--dry-run`` reads and reports
+but never writes.
+
+Three details of Grafana's API (Grafana docs, "Dashboard HTTP API" and "Folder HTTP API") decide how a
+save is sent:
+
+- ``folderUid`` goes with every save: without it Grafana moves an existing dashboard to the root
+  (General) folder.
+- ``overwrite: true`` with ``dashboard.id`` null: the uid alone names the dashboard, whatever its
+  numeric id or version in this Grafana (an id unknown to Grafana is a 404, a stale version a 412).
+- ``id``, ``version`` and ``iteration`` are Grafana's bookkeeping, not content: a dashboard that differs
+  only there (and sits in the right folder) is "unchanged" and is not saved, so pushing twice does
+  not add versions to its history.
+
+The token comes from ``--token-file`` or ``GRAFANA_TOKEN``, never from a flag (flags end up in shell
+history and ``ps``); it is sent as ``Authorization: Bearer …`` and never printed: every failure is one
+line ``kv-sidecar dashboards push: <reason>`` that names where the token came from, not the token.
+Exit codes: 0 done, 1 Grafana refused or could not be reached, 2 usage or configuration error.
+
+``grafana_client`` (the ``dashboards`` extra) is imported inside the functions that talk to Grafana,
+so the sidecar runs without it. It sends its requests with ``niquests``: a refused connection leaves it
+as ``niquests.exceptions.ConnectionError``, a timeout as ``GrafanaTimeoutError``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+PROG = "kv-sidecar dashboards push"
+#: The folder the dashboards live in; the uid is the one the file provisioning gives the same folder.
+FOLDER_UID = "kvcache"
+FOLDER_TITLE = "KV cache"
+TOKEN_ENV = "GRAFANA_TOKEN"
+DEFAULT_TIMEOUT_S = 10.0
+#: What Grafana sets on every save; a difference there alone is no change.
+BOOKKEEPING_KEYS = frozenset({"id", "version", "iteration"})
+#: Grafana's rule for uids (``util.IsValidShortUID``, at most 40 characters).
+UID_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,40}$")
+SAVE_MESSAGE = "kv-sidecar dashboards push"
+
+
+class PushError(Exception):
+    """A failure the command reports as one line; ``exit_code`` 2 for usage/configuration, 1 otherwise."""
+
+    def __init__(self, reason: str, exit_code: int = 1) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.exit_code = exit_code
+
+
+class RequestFailed(Exception):
+    """One request to Grafana failed; ``cause`` is grafana-client's (or niquests') exception."""
+
+    def __init__(self, request: str, cause: BaseException) -> None:
+        super().__init__(f"{request}: {cause}")
+        self.request = request
+        self.cause = cause
+
+
+class NotGrafana(Exception):
+    """An answer that Grafana's API would not give: a 404 from something else, a non-JSON body."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened (or, under ``--dry-run``, would happen) to one dashboard or to the folder."""
+
+    name: str  # dashboard uid, or "folder <uid>"
+    action: str  # "created", "updated", "unchanged" or, for the folder, "exists"
+    dry_run: bool = False
+
+    def line(self) -> str:
+        if self.dry_run and self.action in ("created", "updated"):
+            return f"{self.name}: would be {self.action}"
+        return f"{self.name}: {self.action}"
+
+
+# --- the dashboards on disk ---------------------------------------------------------------------------
+
+
+def dashboard_files(paths: Sequence[Path]) -> list[Path]:
+    """The JSON files named, each directory standing for the ``*.json`` directly inside it."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(path.glob("*.json"))
+            if not found:
+                raise PushError(f"no dashboard JSON (*.json) in {path}", exit_code=2)
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise PushError(f"{path}: no such file or directory (--dashboards)", exit_code=2)
+    return files
+
+
+def load_dashboard(path: Path) -> dict[str, Any]:
+    """One classic dashboard JSON; it must carry a valid ``uid`` and a ``title``."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PushError(f"{path}: not a readable JSON file ({e})", exit_code=2) from e
+    if not isinstance(doc, dict):
+        raise PushError(f"{path}: not a dashboard (the JSON is not an object)", exit_code=2)
+    uid = doc.get("uid")
+    if not isinstance(uid, str) or not UID_PATTERN.match(uid):
+        raise PushError(f"{path}: the dashboard needs a uid of at most 40 letters, digits, - or _", exit_code=2)
+    if not doc.get("title"):
+        raise PushError(f"{path}: the dashboard has no title", exit_code=2)
+    return doc
+
+
+def load_dashboards(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """Every dashboard of ``paths`` (files or directories); two files with one uid is an error."""
+    dashboards: list[dict[str, Any]] = []
+    seen: dict[str, Path] = {}
+    for path in dashboard_files(paths):
+        doc = load_dashboard(path)
+        if doc["uid"] in seen:
+            raise PushError(f"{path} and {seen[doc['uid']]} both have uid {doc['uid']}", exit_code=2)
+        seen[doc["uid"]] = path
+        dashboards.append(doc)
+    return dashboards
+
+
+# --- talking to Grafana -------------------------------------------------------------------------------
+
+
+def _request(request: str, call: Callable[[], Any], *, missing: str | None = None) -> dict[str, Any] | None:
+    """Run one grafana-client call; its JSON object, or ``None`` for Grafana's own 404 saying ``missing``.
+
+    A 404 whose message is not Grafana's "<thing> not found" (a wrong ``--grafana-url`` path answers
+    ``{"message": "Not found"}``, a proxy its own page) is a failure, not an absence: creating the folder
+    there would only fail later, and less clearly.
+    """
+    from grafana_client.client import GrafanaClientError, GrafanaException
+    from niquests.exceptions import RequestException
+
+    try:
+        answer = call()
+    except GrafanaClientError as e:
+        if missing is None or e.status_code != 404:
+            raise RequestFailed(request, e) from e
+        said = grafana_message(e)
+        if missing in said.lower():
+            return None
+        raise RequestFailed(request, NotGrafana(f"answered 404 ({said or 'no message'}), not {missing!r}")) from e
+    except (GrafanaException, RequestException) as e:
+        raise RequestFailed(request, e) from e
+    if not isinstance(answer, dict):
+        raise RequestFailed(request, NotGrafana("answered with something else than Grafana's JSON"))
+    return answer
+
+
+def grafana_message(e: BaseException) -> str:
+    """The ``message`` (and ``status``) of a Grafana error body, or the first line of a non-JSON one."""
+    body = getattr(e, "response", None)
+    if isinstance(body, dict):
+        message = str(body.get("message", ""))
+        status = body.get("status")
+        return f"{status}: {message}" if status and status not in message else message
+    if isinstance(body, str) and body.strip():
+        return body.strip().splitlines()[0][:160]
+    return ""
+
+
+def ensure_folder(api: Any, uid: str, title: str, dry_run: bool) -> Outcome:
+    """The folder ``uid`` exists (kept as it is, whatever its title) or is created with ``title``."""
+    name = f"folder {uid}"
+    if _request(f"GET /api/folders/{uid}", partial(api.folder.get_folder, uid), missing="folder not found") is not None:
+        return Outcome(name, "exists", dry_run)
+    if not dry_run:
+        _request("POST /api/folders", partial(api.folder.create_folder, title, uid=uid))
+    return Outcome(name, "created", dry_run)
+
+
+def meaningful(dashboard: Mapping[str, Any]) -> dict[str, Any]:
+    """The dashboard without Grafana's bookkeeping (``id``, ``version``, ``iteration``)."""
+    return {k: v for k, v in dashboard.items() if k not in BOOKKEEPING_KEYS}
+
+
+def needed_action(current: Mapping[str, Any] | None, dashboard: Mapping[str, Any], folder_uid: str) -> str:
+    """``created``, ``updated`` or ``unchanged``: what saving ``dashboard`` changes in Grafana.
+
+    ``current`` is Grafana's answer to ``GET /api/dashboards/uid/<uid>`` (``dashboard`` and ``meta``), or
+    ``None`` when it has none. A dashboard in another folder is "updated": the save moves it.
+    """
+    if current is None:
+        return "created"
+    same_folder = current.get("meta", {}).get("folderUid", "") == folder_uid
+    same_content = meaningful(current.get("dashboard", {})) == meaningful(dashboard)
+    return "unchanged" if same_folder and same_content else "updated"
+
+
+def save_body(dashboard: Mapping[str, Any], folder_uid: str) -> dict[str, Any]:
+    """The body of ``POST /api/dashboards/db``: overwrite by uid, in ``folder_uid``."""
+    return {
+        "dashboard": {**dashboard, "id": None},
+        "folderUid": folder_uid,
+        "overwrite": True,
+        "message": SAVE_MESSAGE,
+    }
+
+
+def push(
+    api: Any, dashboards: Sequence[Mapping[str, Any]], folder_uid: str, folder_title: str, dry_run: bool
+) -> Iterator[Outcome]:
+    """Ensure the folder, then save each dashboard that differs, yielding each outcome once it is done.
+
+    ``api`` is a ``grafana_client.GrafanaApi``. Raises :class:`RequestFailed` at the first request that
+    fails: the dashboards before it are saved (and were yielded, so the command has printed them), the
+    ones after it untouched.
+    """
+    yield ensure_folder(api, folder_uid, folder_title, dry_run)
+    for dashboard in dashboards:
+        uid = dashboard["uid"]
+        get = partial(api.dashboard.get_dashboard, uid)
+        action = needed_action(
+            _request(f"GET /api/dashboards/uid/{uid}", get, missing="dashboard not found"), dashboard, folder_uid
+        )
+        if action != "unchanged" and not dry_run:
+            save = partial(api.dashboard.update_dashboard, save_body(dashboard, folder_uid))
+            _request(f"POST /api/dashboards/db ({uid})", save)
+        yield Outcome(uid, action, dry_run)
+
+
+# --- the command --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where to push and with what: what :func:`connect` needs and what failure messages name."""
+
+    url: str
+    token: str = field(repr=False)  # never in a repr, a traceback or a log line
+    token_source: str  # "GRAFANA_TOKEN" or "--token-file <path>": named in messages, the token never is
+    timeout: float
+    verify: bool = True
+    org_id: int | None = None
+
+
+def read_token(token_file: str | None, environ: Mapping[str, str]) -> tuple[str, str]:
+    """The token and where it came from: ``--token-file`` wins over ``GRAFANA_TOKEN``."""
+    if token_file:
+        source = f"--token-file {token_file}"
+        try:
+            token = Path(token_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise PushError(f"cannot read {source}: {getattr(e, 'strerror', None) or e}", exit_code=2) from e
+        if not token:
+            raise PushError(f"{source} is empty", exit_code=2)
+        return token, source
+    token = environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise PushError(f"no Grafana token: set {TOKEN_ENV} or give --token-file FILE", exit_code=2)
+    return token, TOKEN_ENV
+
+
+def check_url(url: str) -> str:
+    """``url`` without a trailing slash, if it is an http(s) address without credentials."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PushError(f"--grafana-url must be an http:// or https:// address, not {url!r}", exit_code=2)
+    if parts.username or parts.password:
+        raise PushError(f"--grafana-url must not carry credentials: put the token in {TOKEN_ENV}", exit_code=2)
+    if parts.query or parts.fragment:
+        raise PushError("--grafana-url must be Grafana's root address, without ?query or #fragment", exit_code=2)
+    try:
+        _ = parts.port  # raises ValueError when out of range
+    except ValueError as e:
+        raise PushError(f"--grafana-url: {e}", exit_code=2) from e
+    return url.rstrip("/")
+
+
+def connect(target: Target) -> Any:
+    """A ``grafana_client.GrafanaApi`` for ``target`` (no request is sent yet)."""
+    from grafana_client.api import GrafanaApi
+
+    parts = urlsplit(target.url)
+    host = parts.hostname or ""
+    prefix = parts.path.strip("/")
+    return GrafanaApi(
+        auth=target.token,  # a str: grafana-client sends it as "Authorization: Bearer <token>"
+        host=f"[{host}]" if ":" in host else host,  # grafana-client writes host:port as given
+        port=parts.port,
+        url_path_prefix=f"{prefix}/" if prefix else "",  # it appends "api" right after the prefix
+        protocol=parts.scheme,
+        verify=target.verify,
+        timeout=target.timeout,
+        organization_id=target.org_id,
+    )
+
+
+def _os_reason(e: BaseException) -> str:
+    """The operating system's words for a failed connection (``Connection refused``).
+
+    They sit at the end of the exception chain niquests raises (its message before them is a long
+    ``HTTPConnectionPool(...): Max retries exceeded ...``); a resolver error has no ``strerror``, its
+    text is the reason (``Name or service not known: ...``).
+    """
+    chain = [e]
+    while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 20:
+        chain.append(nxt)
+    return next((c.strerror for c in chain if isinstance(c, OSError) and c.strerror), str(chain[-1]))
+
+
+#: What a 412's ``status`` means (Grafana docs, "Dashboard HTTP API", Create / Update dashboard).
+PRECONDITION_HINTS = {
+    "version-mismatch": "someone changed it in Grafana meanwhile; run the push again",
+    "name-exists": "another dashboard of the folder has the same title or uid",
+    "plugin-dashboard": "it belongs to a plugin; remove the plugin's copy first",
+}
+
+
+def explain(failure: RequestFailed, target: Target) -> str:
+    """One line saying why ``failure`` happened and what to check; the token is never part of it."""
+    from grafana_client.client import GrafanaServerError, GrafanaTimeoutError
+    from niquests.exceptions import ConnectionError, Timeout
+
+    e, request, where = failure.cause, failure.request, f"Grafana at {target.url}"
+    if isinstance(e, GrafanaTimeoutError | Timeout):
+        return f"{request}: {where} did not answer within {target.timeout:g}s (--timeout)"
+    if isinstance(e, ConnectionError):
+        return f"cannot connect to {where}: {_os_reason(e)}"
+    if isinstance(e, NotGrafana):
+        return f"{request}: {e}; is --grafana-url {target.url} Grafana's address, with its sub-path if any?"
+    status, message = getattr(e, "status_code", 0), grafana_message(e)
+    said = f"{status} {message}".strip()
+    if status == 401:
+        return f"{request}: Grafana rejected the token from {target.token_source} ({said})"
+    if status == 403:
+        return f"{request}: the token from {target.token_source} lacks the permission ({said})"
+    if status == 412:
+        body = getattr(e, "response", None)
+        reason = body.get("status") if isinstance(body, dict) else None
+        hint = PRECONDITION_HINTS.get(str(reason), "Grafana's precondition failed")
+        return f"{request}: Grafana refused the save ({said}): {hint}"
+    if isinstance(e, GrafanaServerError):
+        return f"{request}: Grafana failed ({said})"
+    if status:
+        return f"{request}: Grafana refused it ({said})"
+    return f"{request}: {where}: {e}"
+
+
+def add_push_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``kv-sidecar dashboards push``."""
+    parser.add_argument(
+        "--grafana-url", required=True, metavar="URL", help="Grafana's address, e.g. http://grafana:3000"
+    )
+    parser.add_argument(
+        "--folder",
+        default=FOLDER_TITLE,
+        metavar="TITLE",
+        help=f"title for the folder if it is created (default: {FOLDER_TITLE})",
+    )
+    parser.add_argument(
+        "--folder-uid",
+        default=FOLDER_UID,
+        metavar="UID",
+        help=f"uid of the folder the dashboards go to; the file provisioning uses {FOLDER_UID} (default: {FOLDER_UID})",
+    )
+    parser.add_argument(
+        "--dashboards",
+        nargs="+",
+        type=Path,
+        default=[Path("dashboards")],
+        metavar="PATH",
+        help="dashboard JSON files, or directories of them (default: dashboards, relative to the current directory)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="report what would change; send no write")
+    parser.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help=f"file holding the Grafana service-account token (default: the {TOKEN_ENV} environment variable)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"per-request timeout (default: {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument("--insecure-skip-verify", action="store_true", help="do not verify Grafana's TLS certificate")
+    parser.add_argument("--org-id", type=int, metavar="ID", help="Grafana organization (default: the token's own)")
+
+
+def target_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Target:
+    """The validated :class:`Target` of the command line; :class:`PushError` (exit 2) when it is wrong."""
+    if not args.timeout > 0:
+        raise PushError("--timeout must be a positive number of seconds", exit_code=2)
+    if not UID_PATTERN.match(args.folder_uid):
+        raise PushError("--folder-uid must be at most 40 letters, digits, - or _", exit_code=2)
+    url = check_url(args.grafana_url)
+    token, source = read_token(args.token_file, environ)
+    return Target(url, token, source, args.timeout, not args.insecure_skip_verify, args.org_id)
+
+
+def push_command(args: argparse.Namespace) -> int:
+    """Run ``kv-sidecar dashboards push``: one line per outcome on stdout, or one reason on stderr."""
+    target: Target | None = None
+    try:
+        target = target_from_args(args, os.environ)
+        dashboards = load_dashboards(args.dashboards)
+        with warnings.catch_warnings():
+            if not target.verify:  # asked for: do not repeat it on every request
+                warnings.filterwarnings("ignore", message="Unverified HTTPS request")
+            for outcome in push(connect(target), dashboards, args.folder_uid, args.folder, args.dry_run):
+                print(outcome.line(), flush=True)
+    except PushError as e:
+        return _fail(e.reason, e.exit_code, target)
+    except RequestFailed as e:
+        assert target is not None  # requests are only sent once the target is known
+        return _fail(explain(e, target), 1, target)
+    return 0
+
+
+def _fail(reason: str, exit_code: int, target: Target | None) -> int:
+    if target is not None:  # a server or proxy that echoes the request must not get the token printed
+        reason = reason.replace(target.token, "<token>")
+    print(f"{PROG}: {reason}", file=sys.stderr)
+    return exit_code
