@@ -36,6 +36,15 @@ def _family(name: str) -> CounterMetricFamily | GaugeMetricFamily:
     return GaugeMetricFamily(name, doc.help, labels=labels)
 
 
+def _number(label: str | None) -> float | None:
+    """A cache_config_info label as a finite number; None when absent or not one."""
+    try:
+        value = float(label) if label else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
+
+
 class SidecarCollector(Collector):
     def __init__(self, states: Sequence[TargetState], *, staleness_s: float, clock: Callable[[], float] = time.time):
         self._states = states
@@ -109,6 +118,9 @@ class SidecarCollector(Collector):
                     ],
                     1.0,
                 )
+                utilization = _number(cc.get("gpu_memory_utilization"))
+                if utilization is not None:
+                    add("kvcache_gpu_memory_utilization", key, utilization)
                 for name, value in snap.extra.get((model_name, engine), {}).items():
                     if isinstance(value, dict):
                         for extra_labels, v in value.items():

@@ -148,6 +148,15 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "A new metrics_generation after an upgrade is expected; check dashboards still read.",
     ),
     MetricDoc(
+        "kvcache_gpu_memory_utilization",
+        "gauge",
+        "ratio",
+        KEY,
+        "The --gpu-memory-utilization vLLM runs with (vllm:cache_config_info's gpu_memory_utilization label), "
+        "as a number to chart beside the suggestion; absent when vLLM does not export it.",
+        "Compare with kvcache_suggested_gpu_memory_utilization; ignored by vLLM when --kv-cache-memory-bytes is set.",
+    ),
+    MetricDoc(
         "kvcache_engine_asleep",
         "gauge",
         "bool",

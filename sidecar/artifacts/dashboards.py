@@ -267,7 +267,12 @@ class Graph:
             .height(self.h)
             .targets(_targets(self.queries))
             .fill_opacity(30 if self.stacked else 10)
-            .legend(cb.VizLegendOptions().display_mode(cm.LegendDisplayMode.LIST).placement(cm.LegendPlacement.BOTTOM))
+            .legend(
+                cb.VizLegendOptions()
+                .show_legend(True)
+                .display_mode(cm.LegendDisplayMode.LIST)
+                .placement(cm.LegendPlacement.BOTTOM)
+            )
             .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.DESCENDING))
         )
         if self.axis_label:
@@ -808,18 +813,19 @@ def _pod_change(p: DashboardParams, s: _Sel) -> list[Panel]:
     return [
         Graph(
             "Suggested vs current gpu_memory_utilization",
-            "The --gpu-memory-utilization at which the recent peak demand sits at the target usage, by basis; the "
-            "legend shows the value vLLM runs with now (kvcache_server_info). Apply it on the next deploy when the "
-            "recommendation says raise/lower_gpu_memory_utilization.",
+            "The --gpu-memory-utilization at which the recent peak demand sits at the target usage, by basis, "
+            "against the one vLLM runs with now. Apply the suggestion on the next deploy when the recommendation "
+            "says raise/lower_gpu_memory_utilization (with --kv-cache-memory-bytes set, vLLM ignores utilization).",
             "percentunit",
             [
                 Q(
-                    f"kvcache_suggested_gpu_memory_utilization{s.engine()}\n"
-                    f"* on (job, instance, target, engine) group_left (gpu_memory_utilization)\n"
-                    f"kvcache_server_info{s.engine()}",
-                    f"suggested ({{{{basis}}}}), now {{{{gpu_memory_utilization}}}}, {_legend(p.pod_label)} "
-                    "engine {{engine}}",
-                )
+                    f"kvcache_suggested_gpu_memory_utilization{s.engine()}",
+                    f"suggested ({{{{basis}}}}) {_legend(p.pod_label)} engine {{{{engine}}}}",
+                ),
+                Q(
+                    f"kvcache_gpu_memory_utilization{s.engine()}",
+                    f"current {_legend(p.pod_label)} engine {{{{engine}}}}",
+                ),
             ],
             min=0,
             max=1,
@@ -832,6 +838,11 @@ def _pod_change(p: DashboardParams, s: _Sel) -> list[Panel]:
             {p.pod_label: "Pod", "engine": "Engine", "action": "Action", "reason": "Reason"},
         ),
     ]
+
+
+def _titles(p: DashboardParams, titles: tuple[str, ...], labels: tuple[str, ...]) -> dict[str, str]:
+    """Column titles of an info table: the pod and engine first, then each label's title."""
+    return {p.pod_label: "Pod", "engine": "Engine", **dict(zip(labels, titles, strict=True))}
 
 
 def _pod_info(p: DashboardParams, s: _Sel) -> list[Panel]:
@@ -860,7 +871,7 @@ def _pod_info(p: DashboardParams, s: _Sel) -> list[Panel]:
             "What the sidecar's capacity model assumes: architecture, attention kind, KV dtype, TP and PP. Check "
             "after a model or flag change that it still matches vLLM.",
             [Q(f"max by ({', '.join(keys + model_labels)}) (kvcache_model_info{s.engine()})")],
-            {k: k for k in keys + model_labels},
+            _titles(p, ("Architecture", "Attention", "KV dtype", "TP", "PP"), model_labels),
             h=5,
         ),
         Table(
@@ -868,7 +879,20 @@ def _pod_info(p: DashboardParams, s: _Sel) -> list[Panel]:
             "The inference server as the sidecar reads it: kind, detected metrics generation, cache settings. A new "
             "metrics_generation after an upgrade is expected.",
             [Q(f"max by ({', '.join(keys + server_labels)}) (kvcache_server_info{s.engine()})")],
-            {k: k for k in keys + server_labels},
+            _titles(
+                p,
+                (
+                    "Engine kind",
+                    "Metrics generation",
+                    "Block size",
+                    "GPU blocks",
+                    "Cache dtype",
+                    "GPU memory util.",
+                    "Prefix caching",
+                    "Hybrid",
+                ),
+                server_labels,
+            ),
             h=5,
         ),
         Graph(

@@ -15,9 +15,11 @@ The builder needs the ``dashboards`` extra (grafana-foundation-sdk); it is impor
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,9 @@ from .provisioning import CONFIGMAPS_FILE
 FORMATS = ("json", "configmap")
 #: File ``render --format configmap --out DIR`` writes.
 CONFIGMAPS_FILE_NAME = Path(CONFIGMAPS_FILE).name
+
+#: How to get the module each action needs (the builder, the Grafana client, the plotting library).
+EXTRA_HINT = "pip install 'kv-cache-sidecar[dashboards]'"
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
@@ -57,7 +62,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "the token is read from a file or GRAFANA_TOKEN, never a flag.",
     )
     grafana.add_push_arguments(push)
-    push.set_defaults(func=grafana.push_command)
+    push.set_defaults(func=_needs_extra("grafana_client", grafana.push_command))
     shot = actions.add_parser(
         "snapshot",
         help="draw each dashboard's panels from a Prometheus to a PNG",
@@ -65,8 +70,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "one picture per dashboard.",
     )
     snapshot.add_snapshot_arguments(shot)
-    shot.set_defaults(func=snapshot.snapshot_command)
+    shot.set_defaults(func=_needs_extra("matplotlib", snapshot.snapshot_command))
     return parser
+
+
+def _needs_extra(module: str, command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``command``, or exit 2 with the install line when ``module`` of the ``dashboards`` extra is missing."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            print(
+                f"kv-sidecar dashboards {args.action}: {module} is not installed; it comes with the "
+                f"dashboards extra: {EXTRA_HINT}",
+                file=sys.stderr,
+            )
+            return 2
+        return command(args)
+
+    return run
 
 
 def _add_render(actions: Any) -> None:
@@ -111,7 +134,7 @@ def _add_render(actions: Any) -> None:
         default=None,
         help="sidecar configuration YAML; its thresholds: and alerts: sections are used (default: none)",
     )
-    render.set_defaults(func=render_command)
+    render.set_defaults(func=_needs_extra("grafana_foundation_sdk", render_command))
 
 
 def _fail(message: str) -> int:

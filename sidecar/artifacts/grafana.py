@@ -42,10 +42,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .params import DASHBOARD_FOLDER_TITLE, DASHBOARD_FOLDER_UID
+
 PROG = "kv-sidecar dashboards push"
 #: The folder the dashboards live in; the uid is the one the file provisioning gives the same folder.
-FOLDER_UID = "kvcache"
-FOLDER_TITLE = "KV cache"
+FOLDER_UID = DASHBOARD_FOLDER_UID
+FOLDER_TITLE = DASHBOARD_FOLDER_TITLE
 TOKEN_ENV = "GRAFANA_TOKEN"
 DEFAULT_TIMEOUT_S = 10.0
 #: What Grafana sets on every save; a difference there alone is no change.

@@ -25,6 +25,11 @@ DASHBOARD_CAPACITY_UID = "kvcache-capacity"
 DASHBOARD_POD_UID = "kvcache-pod"
 DASHBOARD_UIDS = (DASHBOARD_OVERVIEW_UID, DASHBOARD_CAPACITY_UID, DASHBOARD_POD_UID)
 
+#: The Grafana folder the dashboards live in, whichever way they are provisioned (files, ConfigMaps,
+#: ``dashboards push``): one uid, so that a push updates the provisioned copies instead of duplicating them.
+DASHBOARD_FOLDER_UID = "kvcache"
+DASHBOARD_FOLDER_TITLE = "KV cache"
+
 #: Template variables the alerts fill in ``dashboard_url`` (``var-<name>=<the alert's label <name>>``);
 #: each is named after the label it filters on.
 VAR_NAMESPACE = "namespace"

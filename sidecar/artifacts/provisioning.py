@@ -21,14 +21,15 @@ from typing import Any
 
 from .files import dump_yaml
 from .kubernetes import APP_NAME
+from .params import DASHBOARD_FOLDER_TITLE, DASHBOARD_FOLDER_UID
 
 #: Where the committed files live in the repository (``make generate`` writes them).
 PROVIDER_FILE = "dashboards/provisioning/dashboards/kvcache.yaml"
 DATASOURCE_FILE = "dashboards/provisioning/datasources/prometheus.yaml"
 CONFIGMAPS_FILE = "deploy/grafana/kvcache-dashboards.configmaps.yaml"
 
-FOLDER_TITLE = "KV cache"
-FOLDER_UID = "kvcache"
+FOLDER_TITLE = DASHBOARD_FOLDER_TITLE
+FOLDER_UID = DASHBOARD_FOLDER_UID
 #: The directory the provider reads inside Grafana's container (mount ``dashboards/`` there).
 DASHBOARDS_PATH = "/var/lib/grafana/dashboards/kvcache"
 DATASOURCE_UID = "prometheus"

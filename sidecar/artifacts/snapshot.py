@@ -566,6 +566,28 @@ def threshold_color(panel: Mapping[str, Any], v: float | None) -> str:
     return color
 
 
+def mapped_text(mappings: Any, v: float) -> str | None:
+    """The text a value or range mapping gives ``v`` (Grafana's "Value mappings"), else None."""
+    for mapping in mappings or []:
+        options = mapping.get("options") or {}
+        if mapping.get("type") == "range":
+            low, high = options.get("from"), options.get("to")
+            if (low is None or v >= low) and (high is None or v <= high):
+                return (options.get("result") or {}).get("text")
+        elif mapping.get("type") == "value":
+            for key, result in options.items():
+                if _same_number(key, v):
+                    return (result or {}).get("text")
+    return None
+
+
+def _same_number(key: str, v: float) -> bool:
+    try:
+        return float(key) == v
+    except ValueError:
+        return False
+
+
 def _matches(matcher: Mapping[str, Any], name: str, ref_id: str) -> bool:
     kind, option = matcher.get("id"), matcher.get("options")
     if kind == "byName":
@@ -847,7 +869,8 @@ def _draw_stat_value(canvas: Canvas, cell: Box, panel: Mapping[str, Any], value:
     big = canvas.text(
         cell.left + cell.width / 2,
         cell.top + (cell.height + label_px) / 2,
-        format_value(value, defaults.get("unit"), defaults.get("decimals")),
+        mapped_text(defaults.get("mappings"), value)
+        or format_value(value, defaults.get("unit"), defaults.get("decimals")),
         color="white" if background else color,
         fontsize=_pt(min((cell.height - label_px) * 0.55, 64)),
         fontweight="bold",
@@ -935,7 +958,10 @@ def _cell(panel: Mapping[str, Any], field_name: str, shown_name: str, v: Any) ->
         unit = (
             override(panel, "unit", shown_name) or override(panel, "unit", field_name) or _defaults(panel).get("unit")
         )
-        return format_value(v, unit, _defaults(panel).get("decimals"))
+        mappings = override(panel, "mappings", shown_name) or override(panel, "mappings", field_name)
+        return mapped_text(mappings or _defaults(panel).get("mappings"), v) or format_value(
+            v, unit, _defaults(panel).get("decimals")
+        )
     return "" if v is None else str(v)
 
 

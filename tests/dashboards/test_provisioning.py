@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -164,3 +167,28 @@ def test_render_refuses_a_label_name_prometheus_would_not_accept(capsys):
         _cli("dashboards", "render", "--namespace-label", "kubernetes-namespace")
     assert e.value.code == 2
     assert "not a Prometheus label name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("action", "module", "argv"),
+    [
+        ("render", "grafana_foundation_sdk", ["render"]),
+        ("push", "grafana_client", ["push", "--grafana-url", "http://127.0.0.1:9"]),
+        ("snapshot", "matplotlib", ["snapshot", "--prometheus-url", "http://127.0.0.1:9"]),
+    ],
+)
+def test_without_the_dashboards_extra_the_command_says_how_to_install_it(tmp_path, action, module, argv):
+    """A fresh process where the extra's module cannot be imported (``sys.modules[name] = None``)."""
+    code = (
+        "import sys; sys.modules[sys.argv[1]] = None; from sidecar.cli import main; "
+        "sys.exit(main(['dashboards', *sys.argv[2:]]))"
+    )
+    env = {**os.environ, "GRAFANA_TOKEN": "t0ken"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, module, *argv], capture_output=True, text=True, cwd=REPO, env=env, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"kv-sidecar dashboards {action}: {module} is not installed; it comes with the dashboards extra: "
+        "pip install 'kv-cache-sidecar[dashboards]'"
+    ]

@@ -41,6 +41,7 @@ from sidecar.artifacts.snapshot import (
     add_snapshot_arguments,
     format_value,
     layout,
+    mapped_text,
     render_dashboard,
     render_dashboard_png,
     snapshot_command,
@@ -347,3 +348,15 @@ def test_unreachable_prometheus_exits_1(tmp_path, capsys):
 )
 def test_units_are_shown_as_grafana_shows_them(value, unit, shown):
     assert format_value(value, unit) == shown
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(604800.0, "not filling"), (1e9, "not filling"), (3.0, None), (0.0, "idle")],
+)
+def test_value_mappings_are_shown_as_grafana_shows_them(value, shown):
+    mappings = [
+        {"type": "range", "options": {"from": 604800, "to": 1e12, "result": {"text": "not filling"}}},
+        {"type": "value", "options": {"0": {"text": "idle"}}},
+    ]
+    assert mapped_text(mappings, value) == shown
