@@ -25,6 +25,17 @@ class MetricDoc:
     action: str  # what on-call does when it moves
 
 
+#: The labels of ``kvcache_server_info`` that are vLLM's cache settings (from ``vllm:cache_config_info``):
+#: the dashboards read a change of any of them as a configuration change.
+CACHE_SETTINGS = (
+    "block_size",
+    "num_gpu_blocks",
+    "cache_dtype",
+    "gpu_memory_utilization",
+    "kv_cache_memory_bytes",
+    "enable_prefix_caching",
+)
+
 CATALOGUE: tuple[MetricDoc, ...] = (
     # --- capacity from vLLM's own signals (always) ---
     MetricDoc(
@@ -132,18 +143,7 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "kvcache_server_info",
         "info",
         "",
-        KEY
-        + (
-            "engine_kind",
-            "metrics_generation",
-            "block_size",
-            "num_gpu_blocks",
-            "cache_dtype",
-            "gpu_memory_utilization",
-            "kv_cache_memory_bytes",
-            "enable_prefix_caching",
-            "hybrid",
-        ),
+        KEY + ("engine_kind", "metrics_generation", *CACHE_SETTINGS, "hybrid"),
         "1 per engine: the inference server's kind, detected metric generation and cache settings.",
         "A new metrics_generation after an upgrade is expected; check dashboards still read.",
     ),

@@ -47,6 +47,7 @@ from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
+from ..metrics import CACHE_SETTINGS
 from ..units import prometheus_duration_seconds
 from .params import (
     DASHBOARD_CAPACITY_UID,
@@ -159,6 +160,11 @@ class _Sel:
     @staticmethod
     def _matchers(*matchers: str) -> str:
         return "{" + ", ".join(matchers) + "}"
+
+
+def _by(*labels: str) -> str:
+    """``by (a, b)``: the grouping clause of an aggregation."""
+    return f"by ({', '.join(labels)})"
 
 
 def _legend(*labels: str) -> str:
@@ -415,13 +421,17 @@ def _firing_alerts(p: DashboardParams, s: _Sel) -> list[Panel]:
     watermark = _num(p.thresholds.watermark)
     full_soon_s = prometheus_duration_seconds(p.full_soon_within)
     alert_runbook = _runbook(p, "${__data.fields.alertname}")
+    critical = alerts[:-1] + ', severity="critical"}'
+    # alerts/alertmanager.yaml's inhibition: critical mutes warning, equal on alertname, namespace, pod
+    delivered = f"{critical} or ({alerts} unless on (alertname, {p.namespace_label}, {p.pod_label}) {critical})"
     return [
         Stat(
             "Firing KVCache alerts",
-            "KVCache* alerts firing now in the selected namespaces (any severity). Above 0: open the table beside "
-            "it and each alert's runbook.",
+            "KVCache* alerts firing now in the selected namespaces, as Alertmanager delivers them: a warning "
+            "is not counted while the critical alert of the same name fires on the same pod (it is inhibited). "
+            "Above 0: open the table beside it and each alert's runbook.",
             "none",
-            Q(f"count({alerts}) or vector(0)", "firing", instant=True),
+            Q(f"count({delivered}) or vector(0)", "firing", instant=True),
             _steps((None, "green"), (1, "red")),
         ),
         Stat(
@@ -454,9 +464,10 @@ def _firing_alerts(p: DashboardParams, s: _Sel) -> list[Panel]:
         ),
         Table(
             "Firing alerts",
-            "Each firing KVCache* alert with its labels. Click a row for the alert's runbook; drill into the pod "
+            "Each firing KVCache* alert Alertmanager delivers (inhibited warnings left out) with its labels. "
+            "Click a row for the alert's runbook; drill into the pod "
             "from the Pods table below.",
-            [Q(alerts, instant=True)],
+            [Q(delivered, instant=True)],
             {
                 "alertname": "Alert",
                 "severity": "Severity",
@@ -529,12 +540,13 @@ def _fleet_tokens(p: DashboardParams, s: _Sel) -> list[Panel]:
     return [
         Graph(
             "Capacity vs demand per model",
-            "Per model, the KV capacity of the selected pods in tokens, the tokens held, and the demand (held plus "
+            "Per model, the usable KV capacity of the selected pods in tokens (used + free: vLLM's pool without "
+            "its null block, hybrid models included), the tokens held, and the demand (held plus "
             "what requests waiting for capacity need at the watermark). Demand near or above capacity: the cache is "
             "the bottleneck; see What to change.",
             "short",
             [
-                Q(f"sum {by} (kvcache_capacity_tokens{s.engine()})", f"{model} capacity"),
+                Q(f"sum {by} (kvcache_used_tokens{s.engine()} + kvcache_free_tokens{s.engine()})", f"{model} capacity"),
                 Q(f"sum {by} (kvcache_demand_tokens{s.engine()})", f"{model} demand"),
                 Q(f"sum {by} (kvcache_used_tokens{s.engine()})", f"{model} used"),
             ],
@@ -593,15 +605,15 @@ def _fleet_preempting(p: DashboardParams, s: _Sel) -> list[Panel]:
 
 
 def _fleet_change(p: DashboardParams, s: _Sel) -> list[Panel]:
-    by = f"by ({p.namespace_label}, {p.pod_label}, model_name, engine"
+    keys = (p.namespace_label, p.pod_label, "model_name", "engine")
     return [
         Table(
             "Recommendation per pod",
             "The sidecar's current top recommendation for each engine (kvcache_recommendation_info) and the "
             "gpu_memory_utilization it suggests. Apply it on the next change window; reasons: docs/forecast.md.",
             [
-                Q(f"max {by}, action, reason) (kvcache_recommendation_info{s.engine()})"),
-                Q(f"max {by}) (kvcache_suggested_gpu_memory_utilization{s.engine()})"),
+                Q(f"max {_by(*keys, 'action', 'reason')} (kvcache_recommendation_info{s.engine()})"),
+                Q(f"max {_by(*keys)} (kvcache_suggested_gpu_memory_utilization{s.engine()})"),
             ],
             {
                 p.namespace_label: "Namespace",
@@ -758,7 +770,7 @@ def _pod_tokens(p: DashboardParams, s: _Sel) -> list[Panel]:
 
 
 def _pod_preempting(p: DashboardParams, s: _Sel) -> list[Panel]:
-    by_pod = f"by ({p.pod_label})"
+    by_pod = _by(p.namespace_label, p.pod_label, "model_name")
     hits = f"sum {by_pod} (rate(kvcache_prefix_cache_hits_tokens_total{s.engine()}[$__rate_interval]))"
     queries = f"sum {by_pod} (rate(kvcache_prefix_cache_queries_tokens_total{s.engine()}[$__rate_interval]))"
     # vLLM V0 exports a hit-rate gauge and no counters; the sidecar passes it on as the ratio
@@ -785,7 +797,8 @@ def _pod_preempting(p: DashboardParams, s: _Sel) -> list[Panel]:
             "reqps",
             [
                 Q(
-                    f"sum by ({p.pod_label}, engine) (rate(kvcache_preemptions_total{s.engine()}[$__rate_interval]))",
+                    f"sum {_by(p.namespace_label, p.pod_label, 'model_name', 'engine')} "
+                    f"(rate(kvcache_preemptions_total{s.engine()}[$__rate_interval]))",
                     f"{_legend(p.pod_label)} engine {{{{engine}}}}",
                 )
             ],
@@ -809,7 +822,7 @@ def _pod_preempting(p: DashboardParams, s: _Sel) -> list[Panel]:
 
 
 def _pod_change(p: DashboardParams, s: _Sel) -> list[Panel]:
-    by = f"by ({p.pod_label}, engine"
+    keys = (p.namespace_label, p.pod_label, "model_name", "engine")
     return [
         Graph(
             "Suggested vs current gpu_memory_utilization",
@@ -834,36 +847,24 @@ def _pod_change(p: DashboardParams, s: _Sel) -> list[Panel]:
             "Recommendation",
             "The sidecar's current top recommendation for each engine of the pod. Follow the action on the next "
             "change window; what each reason means: docs/forecast.md.",
-            [Q(f"max {by}, action, reason) (kvcache_recommendation_info{s.engine()})")],
-            {p.pod_label: "Pod", "engine": "Engine", "action": "Action", "reason": "Reason"},
+            [Q(f"max {_by(*keys, 'action', 'reason')} (kvcache_recommendation_info{s.engine()})")],
+            {p.pod_label: "Pod", "model_name": "Model", "engine": "Engine", "action": "Action", "reason": "Reason"},
         ),
     ]
 
 
 def _titles(p: DashboardParams, titles: tuple[str, ...], labels: tuple[str, ...]) -> dict[str, str]:
     """Column titles of an info table: the pod and engine first, then each label's title."""
-    return {p.pod_label: "Pod", "engine": "Engine", **dict(zip(labels, titles, strict=True))}
+    return {p.pod_label: "Pod", "model_name": "Model", "engine": "Engine", **dict(zip(labels, titles, strict=True))}
 
 
 def _pod_info(p: DashboardParams, s: _Sel) -> list[Panel]:
     model_labels = ("architecture", "attention", "kv_dtype", "tp", "pp")
-    server_labels = (
-        "engine_kind",
-        "metrics_generation",
-        "block_size",
-        "num_gpu_blocks",
-        "cache_dtype",
-        "gpu_memory_utilization",
-        "enable_prefix_caching",
-        "hybrid",
-    )
-    keys = (p.pod_label, "engine")
+    server_labels = ("engine_kind", "metrics_generation", *CACHE_SETTINGS, "hybrid")
+    keys = (p.pod_label, "model_name", "engine")
     errors = (
-        f"sum by ({p.pod_label}, reason) (rate(kvcache_sidecar_scrape_errors_total{s.pod_only()}[$__rate_interval]))"
-    )
-    # the counter of a reason appears with its first error: a pod that never failed reads 0, reason none
-    no_errors = (
-        f'label_replace(sum by ({p.pod_label}) (kvcache_sidecar_target_up{s.pod_only()}) * 0, "reason", "none", "", "")'
+        f"sum {_by(p.namespace_label, p.pod_label, 'reason')} "
+        f"(rate(kvcache_sidecar_scrape_errors_total{s.pod_only()}[$__rate_interval]))"
     )
     return [
         Table(
@@ -888,6 +889,7 @@ def _pod_info(p: DashboardParams, s: _Sel) -> list[Panel]:
                     "GPU blocks",
                     "Cache dtype",
                     "GPU memory util.",
+                    "KV cache memory",
                     "Prefix caching",
                     "Hybrid",
                 ),
@@ -921,10 +923,11 @@ def _pod_info(p: DashboardParams, s: _Sel) -> list[Panel]:
         ),
         Graph(
             "Sidecar scrape errors",
-            "Failed scrapes of vLLM per second, by reason (refused, timeout, http_5xx, ...; reason none: no error "
-            "yet). The reason says where to look: the network, vLLM's health, the URL, or the body size limit.",
+            "Failed scrapes of vLLM per second, by reason (refused, timeout, http_5xx, ...; every reason is exported "
+            "from the start, at 0). The reason says where to look: the network, vLLM's health, the URL, or the "
+            "body size limit.",
             "short",
-            [Q(f"{errors}\nor on ({p.pod_label})\n{no_errors}", f"{{{{reason}}}} {_legend(p.pod_label)}")],
+            [Q(errors, f"{{{{reason}}}} {_legend(p.pod_label)}")],
             w=8,
             axis_label="errors/s",
             min=0,
@@ -954,7 +957,9 @@ def _capacity_summary(p: DashboardParams, s: _Sel) -> Table:
         "Per model over the selected range",
         "For each model over the dashboard's range (a week by default): peak and p95 of the highest pod usage, "
         "hours per day above the warning and the watermark, preemptions per day and the highest suggested "
-        "gpu_memory_utilization. Plan capacity where hours above the watermark or preemptions are not 0.",
+        "gpu_memory_utilization. Plan capacity where hours above the watermark or preemptions are not 0. Per day "
+        "means at the pace of the time the model was observed: a model seen for 3 hours, 1 of them above, reads "
+        "8 hours/day.",
         [
             Q(f"max_over_time(namespace_model:kvcache_usage_ratio:max{m}[$__range])"),
             Q(f"quantile_over_time(0.95, namespace_model:kvcache_usage_ratio:max{m}[$__range])"),
@@ -1011,7 +1016,8 @@ def _capacity_usage(p: DashboardParams, s: _Sel) -> list[Panel]:
             "Hours per day above the warning and the watermark",
             f"Per model, over the trailing day: hours during which some pod was above the {_pct(p.thresholds.warning)}"
             f" warning and above the {_pct(p.thresholds.watermark)} watermark. Hours above the watermark are hours of "
-            "queueing and preemption risk.",
+            "queueing and preemption risk. Measured over the part of the day the model was observed, scaled to 24 "
+            "hours (a model that started an hour ago reads at that hour's pace).",
             "h",
             [
                 Q(f"avg_over_time(namespace_model:kvcache_usage_above_warning:bool{m}[1d]) * 24", f"{model} warning"),
@@ -1036,7 +1042,7 @@ def _capacity_tokens(p: DashboardParams, s: _Sel) -> list[Panel]:
             "short",
             [
                 Q(f"max_over_time(namespace_model:kvcache_demand_tokens:sum{m}[1d])", f"{model} peak demand"),
-                Q(f"max_over_time(namespace_model:kvcache_capacity_tokens:sum{m}[1d])", f"{model} capacity"),
+                Q(f"max_over_time(namespace_model:kvcache_usable_tokens:sum{m}[1d])", f"{model} capacity"),
             ],
             w=24,
             axis_label="tokens",
@@ -1051,8 +1057,8 @@ def _capacity_preempting(p: DashboardParams, s: _Sel) -> list[Panel]:
     return [
         Graph(
             "Preemptions per day",
-            "Per model, requests preempted for lack of KV blocks over the trailing day. Not 0 on most days: the "
-            "KV pool is too small for the load.",
+            "Per model, requests preempted for lack of KV blocks over the trailing day, at the pace of the part of "
+            "the day the model was observed. Not 0 on most days: the KV pool is too small for the load.",
             "short",
             [Q(f"avg_over_time(namespace_model:kvcache_preemptions:rate5m{m}[1d]) * 86400", model)],
             axis_label="preemptions/day",
@@ -1145,28 +1151,39 @@ def _annotations(p: DashboardParams, s: _Sel) -> list[tuple[db.AnnotationQuery, 
     """(annotation, the keys the SDK cannot set) for restarts, configuration changes and KVCacheAlmostFull."""
     ns, pod = p.namespace_label, p.pod_label
     where = f"{_legend(ns)}/{_legend(pod)}"
+    started = f"process_start_time_seconds{s.pod_only()}"
+    settings = (ns, "model_name", *CACHE_SETTINGS)
 
     def query(name: str, color: str, expr: str) -> db.AnnotationQuery:
         return db.AnnotationQuery().name(name).datasource(_datasource()).enable(True).icon_color(color).expr(expr)
 
     return [
         (
-            # A change of the process start time of the vLLM target; the `and` drops the sidecar's own
-            # process (same pod, other instance). Over $__rate_interval, which overlaps the previous step by
-            # a scrape, so a change between two steps is not missed.
+            # A new process start time of a vLLM target: a restart in place (the value changes) or a
+            # new pod (a rollout: the series is new, absent a rate interval ago; also true once where
+            # Prometheus' data begins). The `and` drops the sidecar's own process (same pod, other
+            # instance). Over $__rate_interval, which overlaps the previous step by a scrape, so a
+            # change between two steps is not missed.
             query(
                 "vLLM restarts",
                 "purple",
-                f"changes(process_start_time_seconds{s.pod_only()}[$__rate_interval]) > 0\n"
+                f"(\n  changes({started}[$__rate_interval]) > 0\n  or\n"
+                f"  ({started} unless {started} offset $__rate_interval)\n)\n"
                 f"and on ({ns}, {pod}, instance) vllm:num_requests_running",
             ),
             {"titleFormat": "vLLM restarted", "textFormat": where, "tagKeys": f"{ns},{pod}"},
         ),
         (
+            # A change the sidecar saw in place (its counter), or cache settings the model did not run with
+            # a rate interval ago anywhere in the namespace (a rollout with new flags replaces the pods,
+            # and their sidecars with them; a rollout with the same flags is not a change).
             query(
                 "Configuration changes",
                 "blue",
-                f"increase(kvcache_sidecar_config_changes_total{s.pod_only()}[$__rate_interval]) > 0",
+                f"increase(kvcache_sidecar_config_changes_total{s.pod_only()}[$__rate_interval]) > 0\n"
+                f"or\n(\n  kvcache_server_info{s.engine()}\n"
+                f"  unless on ({', '.join(settings)})\n"
+                f"  kvcache_server_info{s.engine()} offset $__rate_interval\n)",
             ),
             {"titleFormat": "vLLM cache configuration changed", "textFormat": where, "tagKeys": f"{ns},{pod}"},
         ),

@@ -118,7 +118,8 @@ def _add_render(actions: Any) -> None:
         type=_label_name,
         default="namespace",
         metavar="L",
-        help="label holding the Kubernetes namespace on the scraped series (default: namespace)",
+        help="label holding the Kubernetes namespace on the scraped series (default: namespace); the capacity "
+        "planning dashboard reads the recording rules, which keep grouping by `namespace`",
     )
     render.add_argument(
         "--pod-label",

@@ -1,12 +1,13 @@
 """``kv-sidecar dashboards push``: upsert the committed dashboards into a Grafana through its HTTP API.
 
-For a Grafana that is neither provisioned from files nor from ConfigMaps: the command ensures the
-folder (by its fixed uid, the one the file provisioning uses), then, for each dashboard JSON, reads the
-one Grafana holds under the same uid and writes only when something meaningful differs. Each line it
-prints says what happened to one dashboard (``kvcache-pod: updated``); ``--dry-run`` reads and reports
-but never writes.
+For a Grafana that does not load these dashboards from files: the command ensures the folder (by its
+fixed uid, the one the file provisioning uses), then, for each dashboard JSON, reads the one Grafana
+holds under the same uid and writes only when something meaningful differs. Each line it prints says
+what happened to one dashboard (``kvcache-pod: updated``); ``--dry-run`` reads and reports but never
+writes. A dashboard Grafana provisions from files (ours, or the ConfigMaps the Helm chart's sidecar
+writes to files) cannot be saved through the API; the command leaves it as it is and says so.
 
-Three details of Grafana's API (Grafana docs, "Dashboard HTTP API" and "Folder HTTP API") decide how a
+Four details of Grafana's API (Grafana docs, "Dashboard HTTP API" and "Folder HTTP API") decide how a
 save is sent:
 
 - ``folderUid`` goes with every save: without it Grafana moves an existing dashboard to the root
@@ -16,6 +17,9 @@ save is sent:
 - ``id``, ``version`` and ``iteration`` are Grafana's bookkeeping, not content: a dashboard that differs
   only there (and sits in the right folder) is "unchanged" and is not saved, so pushing twice does
   not add versions to its history.
+- ``meta.provisioned`` of ``GET /api/dashboards/uid/<uid>`` is true for a dashboard a file provider
+  with ``allowUiUpdates: false`` loads; Grafana answers a save of it ``400 Cannot save provisioned
+  dashboard`` (``dashboards.ErrDashboardCannotSaveProvisionedDashboard``), so none is sent.
 
 The token comes from ``--token-file`` or ``GRAFANA_TOKEN``, never from a flag (flags end up in shell
 history and ``ps``); it is sent as ``Authorization: Bearer …`` and never printed: every failure is one
@@ -55,6 +59,12 @@ BOOKKEEPING_KEYS = frozenset({"id", "version", "iteration"})
 #: Grafana's rule for uids (``util.IsValidShortUID``, at most 40 characters).
 UID_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,40}$")
 SAVE_MESSAGE = "kv-sidecar dashboards push"
+#: What a token may hold: printable ASCII, no space (an HTTP header value; Grafana's tokens are ``glsa_...``).
+TOKEN_PATTERN = re.compile(r"^[!-~]+$")
+
+
+#: The action of a dashboard Grafana provisions from files: left as it is.
+PROVISIONED = "provisioned"
 
 
 class PushError(Exception):
@@ -84,12 +94,14 @@ class Outcome:
     """What happened (or, under ``--dry-run``, would happen) to one dashboard or to the folder."""
 
     name: str  # dashboard uid, or "folder <uid>"
-    action: str  # "created", "updated", "unchanged" or, for the folder, "exists"
+    action: str  # "created", "updated", "unchanged", "provisioned" or, for the folder, "exists"
     dry_run: bool = False
 
     def line(self) -> str:
         if self.dry_run and self.action in ("created", "updated"):
             return f"{self.name}: would be {self.action}"
+        if self.action == PROVISIONED:
+            return f"{self.name}: provisioned (kept; Grafana serves it from files)"
         return f"{self.name}: {self.action}"
 
 
@@ -198,16 +210,25 @@ def meaningful(dashboard: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def needed_action(current: Mapping[str, Any] | None, dashboard: Mapping[str, Any], folder_uid: str) -> str:
-    """``created``, ``updated`` or ``unchanged``: what saving ``dashboard`` changes in Grafana.
+    """``created``, ``updated``, ``unchanged`` or ``provisioned``: what saving ``dashboard`` would do.
 
     ``current`` is Grafana's answer to ``GET /api/dashboards/uid/<uid>`` (``dashboard`` and ``meta``), or
     ``None`` when it has none. A dashboard in another folder is "updated": the save moves it.
+
+    A dashboard that differs but that Grafana provisions from files (``meta.provisioned``) is
+    "provisioned": not saved, reported, and no failure. Grafana would refuse the save, and what
+    serves it there is the mounted files, which only a deployment of the files changes: failing
+    would make every push onto such a Grafana fail, for a difference the push cannot remove. The
+    line names the dashboard and where Grafana takes it from, so the difference does not go unseen.
     """
     if current is None:
         return "created"
-    same_folder = current.get("meta", {}).get("folderUid", "") == folder_uid
+    meta = current.get("meta", {})
+    same_folder = meta.get("folderUid", "") == folder_uid
     same_content = meaningful(current.get("dashboard", {})) == meaningful(dashboard)
-    return "unchanged" if same_folder and same_content else "updated"
+    if same_folder and same_content:
+        return "unchanged"
+    return PROVISIONED if meta.get("provisioned") is True else "updated"
 
 
 def save_body(dashboard: Mapping[str, Any], folder_uid: str) -> dict[str, Any]:
@@ -236,7 +257,7 @@ def push(
         action = needed_action(
             _request(f"GET /api/dashboards/uid/{uid}", get, missing="dashboard not found"), dashboard, folder_uid
         )
-        if action != "unchanged" and not dry_run:
+        if action in ("created", "updated") and not dry_run:
             save = partial(api.dashboard.update_dashboard, save_body(dashboard, folder_uid))
             _request(f"POST /api/dashboards/db ({uid})", save)
         yield Outcome(uid, action, dry_run)
@@ -258,7 +279,12 @@ class Target:
 
 
 def read_token(token_file: str | None, environ: Mapping[str, str]) -> tuple[str, str]:
-    """The token and where it came from: ``--token-file`` wins over ``GRAFANA_TOKEN``."""
+    """The token and where it came from: ``--token-file`` wins over ``GRAFANA_TOKEN``.
+
+    Whitespace around it (a file's final newline) is dropped; anything else than one printable ASCII
+    word is refused rather than sent: a file with two lines or a pasted control character would
+    otherwise reach Grafana as a wrong token, or break the ``Authorization`` header.
+    """
     if token_file:
         source = f"--token-file {token_file}"
         try:
@@ -267,11 +293,18 @@ def read_token(token_file: str | None, environ: Mapping[str, str]) -> tuple[str,
             raise PushError(f"cannot read {source}: {getattr(e, 'strerror', None) or e}", exit_code=2) from e
         if not token:
             raise PushError(f"{source} is empty", exit_code=2)
-        return token, source
-    token = environ.get(TOKEN_ENV, "").strip()
-    if not token:
-        raise PushError(f"no Grafana token: set {TOKEN_ENV} or give --token-file FILE", exit_code=2)
-    return token, TOKEN_ENV
+    else:
+        source = TOKEN_ENV
+        token = environ.get(TOKEN_ENV, "").strip()
+        if not token:
+            raise PushError(f"no Grafana token: set {TOKEN_ENV} or give --token-file FILE", exit_code=2)
+    if not TOKEN_PATTERN.match(token):
+        raise PushError(
+            f"the token from {source} has whitespace, control or non-ASCII characters inside it; "
+            "it must be the token alone, on one line",
+            exit_code=2,
+        )
+    return token, source
 
 
 def check_url(url: str) -> str:
@@ -328,6 +361,26 @@ PRECONDITION_HINTS = {
     "name-exists": "another dashboard of the folder has the same title or uid",
     "plugin-dashboard": "it belongs to a plugin; remove the plugin's copy first",
 }
+#: What a save's 400 means, by Grafana's message (lower-cased; pkg/services/dashboards/errors.go,
+#: pkg/api/apierrors/dashboard.go ``ToDashboardErrorResponse``).
+BAD_REQUEST_HINTS = {
+    # provisioned after the push read it: the push keeps such dashboards when it sees them
+    "cannot save provisioned dashboard": "Grafana provisions it from files; change the files, or run the push again",
+    # dashboards.ErrFolderNotFound: the folder was deleted between the push's check and the save
+    "folder not found": "the folder was deleted after the push checked it; run the push again to recreate it",
+}
+
+
+def _refusal_hint(status: int, e: BaseException) -> str | None:
+    """The way out of a refused save (a 412 by its ``status``, a 400 by its message), if one is known."""
+    body = getattr(e, "response", None)
+    if not isinstance(body, dict):
+        return None
+    if status == 412:
+        return PRECONDITION_HINTS.get(str(body.get("status")), "Grafana's precondition failed")
+    if status == 400:
+        return BAD_REQUEST_HINTS.get(str(body.get("message", "")).lower())
+    return None
 
 
 def explain(failure: RequestFailed, target: Target) -> str:
@@ -348,10 +401,7 @@ def explain(failure: RequestFailed, target: Target) -> str:
         return f"{request}: Grafana rejected the token from {target.token_source} ({said})"
     if status == 403:
         return f"{request}: the token from {target.token_source} lacks the permission ({said})"
-    if status == 412:
-        body = getattr(e, "response", None)
-        reason = body.get("status") if isinstance(body, dict) else None
-        hint = PRECONDITION_HINTS.get(str(reason), "Grafana's precondition failed")
+    if (hint := _refusal_hint(status, e)) is not None:
         return f"{request}: Grafana refused the save ({said}): {hint}"
     if isinstance(e, GrafanaServerError):
         return f"{request}: Grafana failed ({said})"

@@ -18,15 +18,19 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-#: Grafana dashboard uids. The alerts link to the first two; the pod view is reserved for the
-#: per-pod dashboard (see dashboards/README.md), so nothing else may take that uid.
+#: Grafana dashboard uids (dashboards/README.md). Each alert's ``dashboard_url`` opens the one that shows
+#: its cause: the Fleet for usage, forecast, preemptions and queueing; the Pod view for the prefix cache,
+#: capacity drift and the sidecar's own health; Capacity planning for over-provisioning.
 DASHBOARD_OVERVIEW_UID = "kvcache-overview"
 DASHBOARD_CAPACITY_UID = "kvcache-capacity"
 DASHBOARD_POD_UID = "kvcache-pod"
 DASHBOARD_UIDS = (DASHBOARD_OVERVIEW_UID, DASHBOARD_CAPACITY_UID, DASHBOARD_POD_UID)
 
-#: The Grafana folder the dashboards live in, whichever way they are provisioned (files, ConfigMaps,
-#: ``dashboards push``): one uid, so that a push updates the provisioned copies instead of duplicating them.
+#: The Grafana folder the dashboards live in: the file provisioning's provider (``folderUid``) and
+#: ``dashboards push`` (default ``--folder-uid``) both use this uid, so a Grafana served both ways has one
+#: folder, not two. A push does not update file-provisioned dashboards (Grafana refuses API saves of
+#: them; the push keeps them and says so). The ConfigMaps cannot set it: the Helm chart's dashboard
+#: sidecar takes a folder annotation that names a directory, not a folder uid.
 DASHBOARD_FOLDER_UID = "kvcache"
 DASHBOARD_FOLDER_TITLE = "KV cache"
 

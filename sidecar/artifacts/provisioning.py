@@ -34,6 +34,7 @@ FOLDER_UID = DASHBOARD_FOLDER_UID
 DASHBOARDS_PATH = "/var/lib/grafana/dashboards/kvcache"
 DATASOURCE_UID = "prometheus"
 DATASOURCE_URL = "http://prometheus:9090"
+SCRAPE_INTERVAL = "30s"
 
 #: Label and folder annotation the Grafana Helm chart's dashboard sidecar watches.
 DASHBOARD_LABEL = "grafana_dashboard"
@@ -82,6 +83,9 @@ def datasource(url: str = DATASOURCE_URL) -> dict[str, Any]:
                 "url": url,
                 "isDefault": True,
                 "editable": False,
+                # Grafana's $__rate_interval is max($__interval + scrape interval, 4 x scrape interval); it
+                # assumes 15s unless told. 30s is kube-prometheus' default; set it to your scrape interval.
+                "jsonData": {"timeInterval": SCRAPE_INTERVAL},
             }
         ],
     }

@@ -31,6 +31,7 @@ from .kubernetes import prometheus_rule
 from .params import (
     DASHBOARD_CAPACITY_UID,
     DASHBOARD_OVERVIEW_UID,
+    DASHBOARD_POD_UID,
     VAR_MODEL_NAME,
     VAR_NAMESPACE,
     VAR_POD,
@@ -89,10 +90,19 @@ def _fill(text: str, **values: Any) -> str:
     return Template(text).safe_substitute(**values)
 
 
+#: What Grafana reads as "All" for a variable in a dashboard URL (``var-pod=$__all``).
+ALL_VALUES = "$__all"
+
+
 def _dashboard_url(params: RuleParams, uid: str, *, pod: bool = False) -> str:
-    """The dashboard ``uid`` with its variables set from the alert's labels of the same names."""
+    """The dashboard ``uid`` with its variables set from the alert's labels of the same names.
+
+    A label the alert does not carry (the sidecar's own alerts have no ``model_name``; ``absent()``
+    has no labels at all) selects All (Grafana's ``$__all`` in a URL), never an empty value that
+    would match nothing.
+    """
     variables = (VAR_NAMESPACE, VAR_MODEL_NAME) + ((VAR_POD,) if pod else ())
-    query = "&".join(f"var-{v}={{{{ $labels.{v} | urlquery }}}}" for v in variables)
+    query = "&".join(f'var-{v}={{{{ or $labels.{v} "{ALL_VALUES}" | urlquery }}}}' for v in variables)
     return f"{params.dashboard_base_url}/d/{uid}?{query}"
 
 
@@ -159,6 +169,12 @@ def recording_rules(th: Thresholds) -> list[dict[str, str]]:
             f"(sum {by} (kvcache_used_tokens) + sum {by} (kvcache_free_tokens))",
         },
         agg("sum", "kvcache_capacity_tokens"),
+        # The usable pool (vLLM's capacity without its null block), also for hybrid models, where
+        # kvcache_capacity_tokens is not exported: what demand is compared with.
+        {
+            "record": "namespace_model:kvcache_usable_tokens:sum",
+            "expr": f"sum {by} (kvcache_used_tokens + kvcache_free_tokens)",
+        },
         agg("sum", "kvcache_used_tokens"),
         agg("sum", "kvcache_free_tokens"),
         agg("sum", "kvcache_demand_tokens"),
@@ -189,7 +205,7 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
     """(capacity alerts, sidecar self-monitoring alerts)."""
     usage_peak = f"max_over_time(kvcache_usage_ratio[{p.gap_window}])"
     full_within_s = prometheus_duration_seconds(p.full_soon_within)
-    ov, cap = DASHBOARD_OVERVIEW_UID, DASHBOARD_CAPACITY_UID
+    ov, cap, pod = DASHBOARD_OVERVIEW_UID, DASHBOARD_CAPACITY_UID, DASHBOARD_POD_UID
 
     capacity = [
         _alert(
@@ -243,7 +259,7 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
                 for_=p.full_soon_for,
             ),
             for_=p.full_soon_for,
-            dashboard_uid=cap,
+            dashboard_uid=ov,
         ),
         _alert(
             p,
@@ -296,7 +312,7 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
                 for_=p.prefix_hit_ratio_for,
             ),
             for_=p.prefix_hit_ratio_for,
-            dashboard_uid=ov,
+            dashboard_uid=pod,
             dashboard_pod=False,
         ),
         _alert(
@@ -313,7 +329,7 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
                 tol=_pct(p.capacity_mismatch_tolerance),
             ),
             for_=p.capacity_mismatch_for,
-            dashboard_uid=cap,
+            dashboard_uid=pod,
         ),
         _alert(
             p,
@@ -357,7 +373,7 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
                 for_=p.scrape_failing_for,
             ),
             for_=p.scrape_failing_for,
-            dashboard_uid=ov,
+            dashboard_uid=pod,
         ),
         # critical: with the sidecar gone the KVCacheAlmostFull page cannot fire.
         _alert(
@@ -374,7 +390,7 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
                 for_=p.sidecar_down_for,
             ),
             for_=p.sidecar_down_for,
-            dashboard_uid=ov,
+            dashboard_uid=pod,
         ),
     ]
     return capacity, sidecar

@@ -20,9 +20,6 @@ from alerttools import ALERTS, REPO, RUNBOOKS, run_tool
 from sidecar.artifacts import cli as rules_cli
 from sidecar.artifacts import rules
 from sidecar.artifacts.params import (
-    DASHBOARD_CAPACITY_UID,
-    DASHBOARD_OVERVIEW_UID,
-    DASHBOARD_POD_UID,
     DASHBOARD_UIDS,
     DASHBOARD_VARIABLES,
     FAST_VARIANT,
@@ -348,7 +345,7 @@ def test_every_alert_links_its_runbook_and_a_fixed_dashboard():
         ann = rule["annotations"]
         assert ann["runbook_url"] == f"{RuleParams().runbook_base_url}/{rule['alert']}.md"
         uid = re.search(r"/d/([^?]+)\?", ann["dashboard_url"]).group(1)
-        assert uid in (DASHBOARD_OVERVIEW_UID, DASHBOARD_CAPACITY_UID)
+        assert uid in DASHBOARD_UIDS
         assert rule["labels"]["severity"] in ("critical", "warning", "info")
         assert rule["alert"].startswith("KVCache") and ann["summary"].endswith(".")
 
@@ -367,10 +364,11 @@ def test_dashboard_urls_name_only_the_fixed_uids_and_variables():
         for key, value in query:
             name = key.removeprefix("var-")
             assert key == f"var-{name}" and name in DASHBOARD_VARIABLES, (rule["alert"], key)
-            assert value == f"{{{{ $labels.{name} | urlquery }}}}", (rule["alert"], key, value)  # the label of its name
+            # the label of its name, or All when the alert does not carry it (never an empty value)
+            assert value == f'{{{{ or $labels.{name} "$__all" | urlquery }}}}', (rule["alert"], key, value)
             seen_variables.add(name)
         seen_uids.add(uid)
-    assert DASHBOARD_POD_UID not in seen_uids  # reserved for the per-pod dashboard
+    assert seen_uids == set(DASHBOARD_UIDS)
     assert seen_variables == set(DASHBOARD_VARIABLES) and VAR_DATASOURCE not in DASHBOARD_VARIABLES
 
 

@@ -13,12 +13,17 @@ The error bodies are the ones Grafana's source writes (pkg/services/dashboards/e
 pkg/api/apierrors/folder.go and dashboard.go, pkg/api/dashboard.go ``postDashboard``, the access-control
 middleware's "Access denied" and ``ReqContext.writeErrOrFallback`` for authentication errors): see
 ``ERROR_BODIES``. The rules a save follows are Grafana's too: ``overwrite`` false with another version
-is a 412, an unknown ``folderUid`` a 400, an ``id`` Grafana does not hold a 404, and a save *without*
-``folderUid`` puts the dashboard in the root (General) folder, which is the trap the command avoids.
+is a 412, an unknown ``folderUid`` a 400, an ``id`` Grafana does not hold a 404, a dashboard a file
+provider loads with ``allowUiUpdates: false`` a 400 (``ErrDashboardCannotSaveProvisionedDashboard``),
+and a save *without* ``folderUid`` puts the dashboard in the root (General) folder, which is the trap
+the command avoids. A provisioned dashboard reads as Grafana's ``GetDashboard`` writes it:
+``meta.provisioned`` true only when the provider forbids UI updates, ``meta.provisionedExternalId``
+its file, relative to the provider's path.
 
 Folders and dashboards live in memory. Every request is kept in ``requests`` (method, path, headers,
 JSON body) for the tests to assert on. ``fail(route, status)`` makes one endpoint answer an error,
-``stall(route, seconds)`` makes it answer late (for timeouts).
+``stall(route, seconds)`` makes it answer late (for timeouts), ``then(route, action)`` runs ``action``
+once the next request to ``route`` is answered (someone changing Grafana between two requests).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -70,6 +76,11 @@ NO_ROUTE = {"message": "Not found"}
 FOLDER_NOT_FOUND = {"status": "not-found", "message": "folder not found"}
 DASHBOARD_NOT_FOUND = {"status": "not-found", "message": "Dashboard not found"}
 VERSION_MISMATCH = {"status": "version-mismatch", "message": "The dashboard has been changed by someone else"}
+#: A save into a folder Grafana does not hold: the folder service's ``dashboards.ErrFolderNotFound``,
+#: which ``ToDashboardErrorResponse`` answers as ``response.Error(400, err.Error(), nil)``.
+SAVE_FOLDER_NOT_FOUND = {"message": "folder not found"}
+#: ``dashboards.ErrDashboardCannotSaveProvisionedDashboard`` (a 400 ``DashboardErr`` without ``status``).
+CANNOT_SAVE_PROVISIONED = {"message": "Cannot save provisioned dashboard"}
 
 #: The body Grafana sends with each (route, status) a test can force with :meth:`GrafanaStub.fail`.
 ERROR_BODIES: dict[tuple[str, int], dict[str, Any]] = {
@@ -79,7 +90,7 @@ ERROR_BODIES: dict[tuple[str, int], dict[str, Any]] = {
     (CREATE_FOLDER, 409): {"message": "a folder/dashboard with the same uid already exists"},
     (CREATE_FOLDER, 500): {"message": "Folder API error"},
     (GET_DASHBOARD, 404): DASHBOARD_NOT_FOUND,
-    (SAVE_DASHBOARD, 400): {"message": "Folder not found"},
+    (SAVE_DASHBOARD, 400): SAVE_FOLDER_NOT_FOUND,
     (SAVE_DASHBOARD, 404): DASHBOARD_NOT_FOUND,
     (SAVE_DASHBOARD, 412): VERSION_MISMATCH,
     (SAVE_DASHBOARD, 500): {"message": "Failed to save dashboard"},
@@ -124,7 +135,8 @@ class Failure:
 @dataclass
 class _State:
     folders: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: uid -> {"dashboard": the saved JSON (with Grafana's id and version), "folderUid": str}
+    #: uid -> {"dashboard": the saved JSON (with Grafana's id and version), "folderUid": str,
+    #: "provisionedFrom": its file when a file provider loads it (else None), "allowUiUpdates": bool}
     dashboards: dict[str, dict[str, Any]] = field(default_factory=dict)
     next_id: int = 1
 
@@ -136,6 +148,11 @@ def _route_of(method: str, path: str) -> str | None:
 
 def _slug(title: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+
+
+def _is_read_only(stored: dict[str, Any]) -> bool:
+    """Whether Grafana refuses API saves of ``stored``: a file provider loads it and forbids UI updates."""
+    return stored["provisionedFrom"] is not None and not stored["allowUiUpdates"]
 
 
 class GrafanaStub(ThreadingHTTPServer):
@@ -151,6 +168,7 @@ class GrafanaStub(ThreadingHTTPServer):
         self.requests: list[Recorded] = []
         self.failures: dict[str, Failure] = {}
         self.stalls: dict[str, float] = {}
+        self.actions: dict[str, Callable[[], None]] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -180,6 +198,10 @@ class GrafanaStub(ThreadingHTTPServer):
         """Make ``route`` wait ``seconds`` before it answers."""
         self.stalls[route] = seconds
 
+    def then(self, route: str, action: Callable[[], None]) -> None:
+        """Run ``action`` once, right after the next request to ``route`` is answered (before it is sent)."""
+        self.actions[route] = action
+
     def writes(self) -> list[Recorded]:
         """The POST requests received, in order."""
         return [r for r in self.requests if r.method == "POST"]
@@ -188,10 +210,31 @@ class GrafanaStub(ThreadingHTTPServer):
         with self.lock:
             return self._create_folder(uid, title)
 
-    def add_dashboard(self, dashboard: dict[str, Any], folder_uid: str) -> None:
-        """Store ``dashboard`` as if someone had saved it in Grafana."""
+    def delete_folder(self, uid: str) -> None:
+        """Delete the folder ``uid`` and, as Grafana does, the dashboards in it."""
         with self.lock:
-            self._save({"dashboard": dashboard, "folderUid": folder_uid, "overwrite": True})
+            del self.state.folders[uid]
+            for dashboard_uid in [u for u, d in self.state.dashboards.items() if d["folderUid"] == uid]:
+                del self.state.dashboards[dashboard_uid]
+
+    def add_dashboard(
+        self,
+        dashboard: dict[str, Any],
+        folder_uid: str,
+        *,
+        provisioned_from: str | None = None,
+        allow_ui_updates: bool = False,
+    ) -> None:
+        """Store ``dashboard`` as if someone had saved it in Grafana, or a file provider had loaded it.
+
+        ``provisioned_from`` names the file (relative to the provider's path) for a provisioned one;
+        ``allow_ui_updates`` is that provider's ``allowUiUpdates``.
+        """
+        with self.lock:
+            status, answer = self._save({"dashboard": dashboard, "folderUid": folder_uid, "overwrite": True})
+            assert status == 200, answer
+            stored = self.state.dashboards[answer["uid"]]
+            stored.update(provisionedFrom=provisioned_from, allowUiUpdates=allow_ui_updates)
 
     def dashboard(self, uid: str) -> dict[str, Any]:
         """The stored dashboard ``uid`` (its JSON with Grafana's ``id``/``version``) and its ``folderUid``."""
@@ -256,7 +299,9 @@ class GrafanaStub(ThreadingHTTPServer):
             "folderId": folder["id"],
             "folderUid": folder_uid,
             "folderTitle": folder["title"],
-            "provisioned": False,
+            # GetDashboard: provisioned only when the provider forbids UI updates; the file either way
+            "provisioned": _is_read_only(stored),
+            "provisionedExternalId": stored["provisionedFrom"] or "",
         }
         return 200, {"dashboard": dashboard, "meta": meta}
 
@@ -267,13 +312,16 @@ class GrafanaStub(ThreadingHTTPServer):
             return 400, {"message": "Dashboard title cannot be empty", "status": "empty-name"}
         folder_uid = body.get("folderUid") or ""  # none given: the root (General) folder
         if folder_uid and folder_uid not in self.state.folders:
-            return 400, {"message": "Folder not found"}
+            return 400, SAVE_FOLDER_NOT_FOUND
         uid = dashboard.get("uid") or f"generated{self.state.next_id}"
         existing = self.state.dashboards.get(uid, {}).get("dashboard")
         if dashboard.get("id") and (existing is None or existing["id"] != dashboard["id"]):
             return 404, DASHBOARD_NOT_FOUND
         if existing and not body.get("overwrite") and dashboard.get("version") != existing["version"]:
             return 412, VERSION_MISMATCH
+        stored = self.state.dashboards.get(uid)
+        if stored is not None and _is_read_only(stored):
+            return 400, CANNOT_SAVE_PROVISIONED
         saved = {
             **dashboard,
             "uid": uid,
@@ -282,7 +330,10 @@ class GrafanaStub(ThreadingHTTPServer):
         }
         if not existing:
             self.state.next_id += 1
-        self.state.dashboards[uid] = {"dashboard": saved, "folderUid": folder_uid}
+        provisioning = {"provisionedFrom": None, "allowUiUpdates": False}
+        if stored is not None:  # a save allowed by allowUiUpdates keeps the dashboard provisioned
+            provisioning = {k: stored[k] for k in provisioning}
+        self.state.dashboards[uid] = {"dashboard": saved, "folderUid": folder_uid, **provisioning}
         slug = _slug(saved["title"])
         return 200, {
             "id": saved["id"],
@@ -324,6 +375,9 @@ class _Handler(BaseHTTPRequestHandler):
         if route in stub.stalls and stub.stopping.wait(stub.stalls[route]):
             return None  # the stub is stopping: the client gave up long ago
         status, answer = self._answer(route, path, body)
+        action = stub.actions.pop(route, None)
+        if action is not None:
+            action()
         try:
             self._send(status, answer)
         except (BrokenPipeError, ConnectionResetError):

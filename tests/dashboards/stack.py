@@ -13,10 +13,11 @@
                                  give them, evaluating the *fast* variant of our rules
 
 Everything listens on 127.0.0.1 on free ports, logs into the stack's directory and is stopped
-when the ``running_stack`` context exits, also when a test fails. ``wait_for_signals`` blocks
-(bounded) until the stack shows what the dashboards draw: a firing ``KVCacheAlmostFull``, the
-restarts, the configuration change, preemptions, the advice gauges and several evaluations of
-the recording rules.
+when the ``running_stack`` context exits, also when a test fails. ``running_stack(..., pods=...)``
+starts only some of the pods (a smaller, faster stack for tests that need little data).
+``wait_for_signals`` blocks (bounded) until the stack shows what the dashboards draw: a firing
+``KVCacheAlmostFull``, the restarts, the configuration change, preemptions, the advice gauges and
+several evaluations of the recording rules (or, given ``signals``, only those).
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
 
 
 class Processes:
-    """Child processes in their own process groups, each logging to a file; ``stop_all`` ends them all."""
+    """Child processes in their own process groups, each logging to a file; ``stop()`` ends them all."""
 
     def __init__(self, logdir: Path):
         self.logdir = logdir
@@ -150,9 +151,6 @@ class Processes:
             out.append(f"--- {name} ({path}) ---\n" + "\n".join(lines))
         return "\n".join(out)
 
-    def stop_all(self) -> None:
-        self.stop()
-
     def stop(self, *names: str) -> None:
         """SIGTERM to the process groups of ``names`` (no names: all), SIGKILL to those alive after 5 s."""
         procs = [self.procs.pop(name) for name in (names or list(self.procs))]
@@ -167,7 +165,9 @@ class Processes:
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=5)
+                # one process stuck even after SIGKILL must not keep the others from being waited on
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)
 
 
 @dataclass
@@ -204,7 +204,7 @@ def sidecar_config(pod: Pod, sim_port: int, port: int) -> dict[str, Any]:
     }
 
 
-def prometheus_config(rule_file: Path, ports: dict[str, tuple[int, int]]) -> dict[str, Any]:
+def prometheus_config(rule_file: Path, pods: tuple[Pod, ...], ports: dict[str, tuple[int, int]]) -> dict[str, Any]:
     """Scrape each sidecar and each simulator every second, labelled like a PodMonitor would."""
 
     def job(name: str, which: int) -> dict[str, Any]:
@@ -215,7 +215,7 @@ def prometheus_config(rule_file: Path, ports: dict[str, tuple[int, int]]) -> dic
                     "targets": [f"127.0.0.1:{ports[p.name][which]}"],
                     "labels": {"namespace": p.namespace, "pod": p.name},
                 }
-                for p in PODS
+                for p in pods
             ],
         }
 
@@ -288,11 +288,11 @@ def _wait_ready(procs: Processes, ready: dict[str, str], timeout: float) -> None
     assert not ready, f"not ready within {timeout:.0f} s: {sorted(ready)}\n{procs.logs(*ready)}"
 
 
-def _wait_scraped(procs: Processes, api: PrometheusAPI, timeout: float) -> None:
+def _wait_scraped(procs: Processes, api: PrometheusAPI, pods: tuple[Pod, ...], timeout: float) -> None:
     """Until Prometheus has scraped every target once (its first scrapes come seconds after /-/ready)."""
     deadline = time.monotonic() + timeout
     up: set[tuple[str, str]] = set()
-    want = {(job, p.name) for job in (SIDECAR_JOB, VLLM_JOB) for p in PODS}
+    want = {(job, p.name) for job in (SIDECAR_JOB, VLLM_JOB) for p in pods}
     while up != want and time.monotonic() < deadline:
         procs.check_alive()
         time.sleep(0.2)
@@ -300,9 +300,9 @@ def _wait_scraped(procs: Processes, api: PrometheusAPI, timeout: float) -> None:
     assert up == want, f"Prometheus did not scrape {sorted(want - up)} within {timeout:.0f} s"
 
 
-def _ready_urls(api: PrometheusAPI, ports: dict[str, tuple[int, int]]) -> dict[str, str]:
+def _ready_urls(api: PrometheusAPI, pods: tuple[Pod, ...], ports: dict[str, tuple[int, int]]) -> dict[str, str]:
     ready = {"prometheus": f"{api.url}/-/ready"}
-    for pod in PODS:
+    for pod in pods:
         sim_port, port = ports[pod.name]
         ready[f"simulator-{pod.name}"] = f"http://127.0.0.1:{sim_port}/health"
         ready[f"sidecar-{pod.name}"] = f"http://127.0.0.1:{port}/readyz"
@@ -310,19 +310,20 @@ def _ready_urls(api: PrometheusAPI, ports: dict[str, tuple[int, int]]) -> dict[s
 
 
 @contextlib.contextmanager
-def running_stack(workdir: Path, prometheus: str, generation: str) -> Iterator[Stack]:
-    """Start the whole stack speaking vLLM metric ``generation``; stop every process on exit."""
+def running_stack(workdir: Path, prometheus: str, generation: str, pods: tuple[Pod, ...] = PODS) -> Iterator[Stack]:
+    """Start ``pods`` (default: all four) speaking vLLM metric ``generation``, and Prometheus scraping
+    them; stop every process on exit."""
     workdir.mkdir(parents=True, exist_ok=True)
     rule_file = render_fast_rules(workdir / "rules")
-    ports = {p.name: (free_port(), free_port()) for p in PODS}  # (simulator, sidecar)
+    ports = {p.name: (free_port(), free_port()) for p in pods}  # (simulator, sidecar)
     prom_port = free_port()
     prom_config = workdir / "prometheus.yaml"
-    prom_config.write_text(dump_yaml(prometheus_config(rule_file, ports)), encoding="utf-8")
+    prom_config.write_text(dump_yaml(prometheus_config(rule_file, pods, ports)), encoding="utf-8")
 
     procs = Processes(workdir)
     api = PrometheusAPI(f"http://127.0.0.1:{prom_port}")
     try:
-        for pod in PODS:
+        for pod in pods:
             _start_pod(procs, workdir, pod, generation, ports[pod.name])
         procs.start(
             "prometheus",
@@ -333,19 +334,23 @@ def running_stack(workdir: Path, prometheus: str, generation: str) -> Iterator[S
                 f"--web.listen-address=127.0.0.1:{prom_port}",
             ],
         )
-        _wait_ready(procs, _ready_urls(api, ports), timeout=40)
-        _wait_scraped(procs, api, timeout=20)
+        _wait_ready(procs, _ready_urls(api, pods, ports), timeout=40)
+        _wait_scraped(procs, api, pods, timeout=20)
         started = time.time()
-        for pod in PODS:
+        for pod in pods:
             if pod.first_gpu_memory_utilization is not None:
                 _redeploy(procs, pod, generation, ports[pod.name])
-        yield Stack(generation, PODS, api, procs, workdir, started=started)
+        yield Stack(generation, pods, api, procs, workdir, started=started)
     finally:
-        procs.stop_all()
+        procs.stop()
         api.close()
 
 
-def _signals(stack: Stack) -> list[tuple[str, str, set[str]]]:
+#: (what, PromQL, pods that must be in its result)
+Signal = tuple[str, str, set[str]]
+
+
+def _signals(stack: Stack) -> list[Signal]:
     """(what, PromQL, pods that must be in its result) for everything the dashboards draw."""
     pods = {p.name for p in stack.pods}
     saturated = {p.name for p in stack.pods if p.saturates}
@@ -384,10 +389,10 @@ def _missing(api: PrometheusAPI, expr: str, pods: set[str]) -> str | None:
     return f"no series for {sorted(missing)}" if missing else None
 
 
-def wait_for_signals(stack: Stack, timeout: float = 120) -> float:
-    """Block until every signal of ``_signals`` is there; seconds it took. Fails naming what is missing."""
+def wait_for_signals(stack: Stack, timeout: float = 120, signals: list[Signal] | None = None) -> float:
+    """Block until every signal (default: ``_signals``) is there; seconds it took. Fails naming what is missing."""
     t0 = time.monotonic()
-    pending = _signals(stack)
+    pending = _signals(stack) if signals is None else list(signals)
     reasons: dict[str, str] = {}
     while pending and time.monotonic() - t0 < timeout:
         stack.procs.check_alive()

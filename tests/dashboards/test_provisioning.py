@@ -20,7 +20,7 @@ from fixtures import REPO
 
 pytest.importorskip("grafana_foundation_sdk", reason="the dashboards extra: pip install -e '.[dashboards]'")
 
-from sidecar.artifacts import dashboards_cli, grafana, provisioning
+from sidecar.artifacts import dashboards_cli, provisioning
 from sidecar.artifacts.params import DASHBOARD_UIDS, VAR_DATASOURCE
 from sidecar.artifacts.provisioning import (
     CONFIGMAP_LIMIT_BYTES,
@@ -76,9 +76,32 @@ def test_the_datasource_has_the_fixed_uid_and_is_what_the_variable_selects():
         assert (variable["name"], variable["query"]) == (VAR_DATASOURCE, ds["type"])
 
 
-def test_push_uses_the_provisioned_folder():
-    """The API and the files put the dashboards in the same folder, so the two ways do not duplicate it."""
-    assert (grafana.FOLDER_UID, grafana.FOLDER_TITLE) == (FOLDER_UID, FOLDER_TITLE)
+def test_a_push_onto_a_grafana_provisioned_from_these_files_changes_nothing(monkeypatch, capsys):
+    """Grafana loads the committed files as the provider says; a push with its defaults then finds its
+    folder (no second one) and every dashboard unchanged, and sends no write at all."""
+    pytest.importorskip("grafana_client", reason="the dashboards extra: pip install -e '.[dashboards]'")
+    from grafana_stub import GrafanaStub
+
+    (provider,) = yaml.safe_load((REPO / PROVIDER_FILE).read_text(encoding="utf-8"))["providers"]
+    stub = GrafanaStub(token="glsa_test")
+    try:
+        stub.add_folder(provider["folderUid"], provider["folder"])
+        for path in DASHBOARD_FILES.values():
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            stub.add_dashboard(
+                doc, provider["folderUid"], provisioned_from=path.name, allow_ui_updates=provider["allowUiUpdates"]
+            )
+        monkeypatch.setenv("GRAFANA_TOKEN", "glsa_test")
+        capsys.readouterr()
+        code = _cli("dashboards", "push", "--grafana-url", stub.url, "--dashboards", str(REPO / "dashboards"))
+        out, err = capsys.readouterr()
+    finally:
+        stub.stop()
+    assert code == 0, err
+    assert out.splitlines() == [f"folder {provider['folderUid']}: exists"] + [
+        f"{uid}: unchanged" for uid in sorted(DASHBOARD_UIDS)
+    ]
+    assert stub.writes() == []
 
 
 # --------------------------------------------------------------------------- ConfigMaps

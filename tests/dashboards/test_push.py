@@ -3,9 +3,10 @@
 No Grafana can run here, so ``grafana_stub.GrafanaStub`` answers as Grafana 11 does (its bodies and
 status codes, from Grafana's docs and source) and records what grafana-client sent. The tests drive the
 real command line (``sidecar.cli.main``) with the committed ``dashboards/*.json`` and check: what is
-created, updated or left alone; that every save carries ``overwrite`` and the folder uid; the
-``Authorization`` header; that ``--dry-run`` writes nothing; and that each way Grafana can refuse or
-fail ends in one line naming the reason, with the token never printed.
+created, updated or left alone (including dashboards Grafana provisions from files, which it refuses
+to save); that every save carries ``overwrite`` and the folder uid; the ``Authorization`` header; that
+``--dry-run`` writes nothing; and that each way Grafana can refuse or fail ends in one line naming the
+reason, with the token never printed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import secrets
 import shutil
 import socket
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -216,6 +218,82 @@ def test_dry_run_reports_and_sends_no_write(stub, push, editable):
     assert stub.dashboard("kvcache-pod")["dashboard"].get("description") != "edited, not pushed"
 
 
+def provision(stub: GrafanaStub, docs: list[dict], *, allow_ui_updates: bool = False) -> None:
+    """Load ``docs`` into ``stub`` as Grafana's file provider does: into the folder, marked provisioned."""
+    stub.add_folder("kvcache", "KV cache")
+    for doc in docs:
+        stub.add_dashboard(
+            dict(doc), "kvcache", provisioned_from=f"{doc['uid']}.json", allow_ui_updates=allow_ui_updates
+        )
+
+
+def stub_get(stub: GrafanaStub, uid: str) -> dict:
+    """The stub's answer to ``GET /api/dashboards/uid/<uid>`` (what the command reads)."""
+    request = urllib.request.Request(
+        f"{stub.url}/api/dashboards/uid/{uid}", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        return json.load(answer)
+
+
+def with_description(doc: dict, text: str) -> dict:
+    return {**doc, "description": text}
+
+
+def test_a_dashboard_provisioned_from_files_is_kept_and_never_saved(stub, push):
+    docs = committed_dashboards()
+    older = [with_description(d, "an older file") if d["uid"] == "kvcache-pod" else d for d in docs]
+    provision(stub, older)
+    meta = stub_get(stub, "kvcache-pod")["meta"]
+    assert (meta["provisioned"], meta["provisionedExternalId"]) == (True, "kvcache-pod.json")  # Grafana's meta
+
+    for args in ([], ["--dry-run"]):
+        run = push(stub.url, "--dashboards", str(COMMITTED), *args)
+        assert run.code == 0, run.err
+        assert run.lines == [
+            "folder kvcache: exists",
+            "kvcache-capacity: unchanged",  # equal content: unchanged, provisioned or not
+            "kvcache-overview: unchanged",
+            "kvcache-pod: provisioned (kept; Grafana serves it from files)",
+        ]
+    assert stub.writes() == []
+    assert stub.dashboard("kvcache-pod")["dashboard"]["description"] == "an older file"
+
+
+def test_a_provisioned_dashboard_in_another_folder_is_kept_too(stub, push):
+    overview = next(d for d in committed_dashboards() if d["uid"] == "kvcache-overview")
+    stub.add_dashboard(dict(overview), "", provisioned_from="kvcache-overview.json")  # another provider, General
+    run = push(stub.url, "--dashboards", str(COMMITTED))
+    assert run.code == 0, run.err
+    assert "kvcache-overview: provisioned (kept; Grafana serves it from files)" in run.lines
+    assert [b["dashboard"]["uid"] for b in saves(stub)] == ["kvcache-capacity", "kvcache-pod"]
+    assert stub.dashboard("kvcache-overview")["folderUid"] == ""
+
+
+def test_a_provider_allowing_ui_updates_lets_the_push_save(stub, push):
+    docs = committed_dashboards()
+    provision(stub, [with_description(d, "an older file") for d in docs], allow_ui_updates=True)
+    assert stub_get(stub, "kvcache-pod")["meta"]["provisioned"] is False  # what Grafana answers then
+    run = push(stub.url, "--dashboards", str(COMMITTED))
+    assert run.code == 0, run.err
+    assert run.lines[1:] == [f"{uid}: updated" for uid in sorted(DASHBOARD_UIDS)]
+    assert all(stub.dashboard(d["uid"])["dashboard"].get("description") == d.get("description") for d in docs)
+
+
+def test_a_dashboard_provisioned_after_the_push_read_it_is_one_line_with_the_way_out(stub, push):
+    capacity = next(d for d in committed_dashboards() if d["uid"] == "kvcache-capacity")
+    older = with_description(capacity, "an older file")
+    stub.then(GET_DASHBOARD, lambda: stub.add_dashboard(older, "kvcache", provisioned_from="kvcache-capacity.json"))
+    run = push(stub.url, "--dashboards", str(COMMITTED))
+    assert run.code == 1
+    assert run.reason == (
+        "POST /api/dashboards/db (kvcache-capacity): Grafana refused the save "
+        "(400 Cannot save provisioned dashboard): Grafana provisions it from files; change the files, "
+        "or run the push again"
+    )
+    assert stub.dashboard("kvcache-capacity")["dashboard"]["description"] == "an older file"
+
+
 def test_token_file_wins_over_the_environment(stub, push, tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
@@ -297,6 +375,21 @@ def test_a_404_that_is_not_grafanas_folder_api_is_not_taken_for_a_missing_folder
     assert stub.writes() == []  # no folder created somewhere that is not Grafana's API
 
 
+def test_a_folder_deleted_between_the_check_and_the_save(stub, push):
+    stub.add_folder("kvcache", "KV cache")
+    stub.then(GET_FOLDER, lambda: stub.delete_folder("kvcache"))  # someone deletes it right after the check
+    run = push(stub.url, "--dashboards", str(COMMITTED))
+
+    assert run.code == 1
+    assert run.lines == ["folder kvcache: exists"]
+    assert run.reason == (
+        "POST /api/dashboards/db (kvcache-capacity): Grafana refused the save (400 folder not found): "
+        "the folder was deleted after the push checked it; run the push again to recreate it"
+    )
+    run = push(stub.url, "--dashboards", str(COMMITTED))  # the way out works
+    assert run.code == 0 and run.lines[0] == "folder kvcache: created"
+
+
 def test_a_grafana_slower_than_the_timeout(stub, push):
     stub.stall(GET_FOLDER, 5)
     run = push(stub.url, "--dashboards", str(COMMITTED), "--timeout", "0.3")
@@ -342,6 +435,35 @@ def test_usage_errors(stub, push, args, expected):
     assert run.code == 2
     assert expected in run.reason
     assert stub.requests == []
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        f"{TOKEN}\n{TOKEN}\n",  # two lines
+        f"{TOKEN} # service account kv-sidecar\n",  # a comment after it
+        f"Bearer {TOKEN}",  # the header's scheme pasted along
+        f"{TOKEN}\x00",  # NUL
+        f"{TOKEN}\x1b[0m",  # a terminal escape
+        f"\ufeff{TOKEN}",  # an editor's byte-order mark
+        f"{TOKEN}\u00e9",  # non-ASCII
+    ],
+)
+def test_a_token_that_is_not_one_printable_word_is_refused(stub, push, tmp_path, content):
+    token_file = tmp_path / "token"
+    token_file.write_text(content, encoding="utf-8")
+    run = push(stub.url, "--dashboards", str(COMMITTED), "--token-file", str(token_file))  # `push` checks no leak
+    assert run.code == 2
+    assert run.reason == (
+        f"the token from --token-file {token_file} has whitespace, control or non-ASCII characters inside it; "
+        "it must be the token alone, on one line"
+    )
+    assert stub.requests == []
+
+    if "\x00" not in content:  # an environment variable cannot hold a NUL
+        run = push(stub.url, "--dashboards", str(COMMITTED), env_token=content)
+        assert run.code == 2 and run.reason.startswith("the token from GRAFANA_TOKEN has whitespace")
+        assert stub.requests == []
 
 
 def test_urls_that_cannot_be_grafanas(stub, push):

@@ -1,46 +1,37 @@
-"""The committed dashboards drawn from a real Prometheus, as PNGs a person can look at.
+"""The PNG renderer ``sidecar.artifacts.snapshot`` (``kv-sidecar dashboards snapshot``) on its own.
 
-No Grafana can run here, so ``sidecar.artifacts.snapshot`` draws each dashboard's panels with
-matplotlib from the same queries Grafana would send. The stack is small and short (about 25 s):
+No Grafana can run here, so the renderer draws each dashboard's panels with matplotlib from the same
+queries Grafana would send. The committed dashboards are drawn, and their pictures checked, on the
+full stack by ``test_panels_prometheus.py::test_dashboards_are_drawn_to_png``; this module tests the
+renderer itself: a probe dashboard whose every panel's outcome is known (data, no data, a broken
+query, a collapsed row, a text panel), the command's files and its errors, units and value mappings.
 
-    kv-sidecar simulate  x 2   vllm-a-0 ramps past saturation (preempting), vllm-b-0 restarts
-      <- kv-sidecar run  x 2   one sidecar per pod, scraping every second
-      <- prometheus            Debian's binary, scraping sidecars and simulators every second with
-                               PodMonitor-like namespace/pod labels, evaluating the fast rules
-
-The PNGs go to ``$KV_SIDECAR_TEST_ARTIFACTS`` when it is set (CI uploads it), else to the test's
-temporary directory; their paths are printed. Besides the picture being a valid PNG of the grid's
-size, every query must run (no panel in "error": a bad interpolation or PromQL shows up here), and the
-panels an on-call engineer reads first must have been drawn from data.
+The probe and the command need a Prometheus holding data: ``running_stack`` of ``stack.py`` with one
+steady pod only (vllm-a-1), waited on until that pod's usage and recommendation are in Prometheus.
+The PNGs go to ``$KV_SIDECAR_TEST_ARTIFACTS/dashboard-snapshots`` when it is set (CI uploads it), else
+to the test's temporary directory.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import struct
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stack import Pod, Processes, free_port, kv_sidecar, render_fast_rules, sidecar_config
+from stack import CURRENT, PODS, Stack, free_port, running_stack, wait_for_signals
 
-from sidecar.artifacts.files import dump_yaml
-from sidecar.artifacts.panels import PrometheusAPI
-from sidecar.artifacts.params import DASHBOARD_CAPACITY_UID, DASHBOARD_OVERVIEW_UID, DASHBOARD_POD_UID
 from sidecar.artifacts.snapshot import (
     COLUMN_PX,
     FOOTER_PX,
-    GRID_COLUMNS,
     HEADER_PX,
     PALETTE,
     ROW_PX,
     add_snapshot_arguments,
     format_value,
-    layout,
     mapped_text,
     render_dashboard,
     render_dashboard_png,
@@ -50,12 +41,11 @@ from sidecar.artifacts.snapshot import (
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = REPO / "dashboards"
 
-PODS = (
-    Pod("team-a", "vllm-a-0", "llama-3.1-8b-chat", "ramp", 30, seed=1, saturates=True),
-    Pod("team-b", "vllm-b-0", "llama-3.1-8b-batch", "restart", 30, seed=3),
-)
-#: Wall time of data before drawing: the ramp saturates after about 10 s, the restart is at 10 s.
-SETTLE_S = 25.0
+#: The one pod of the small stack: steady, so it has usage from its first scrape and a recommendation soon.
+POD = next(p for p in PODS if p.name == "vllm-a-1")
+#: The tests that start the stack (about 20 s until it holds what they draw) are marked e2e,
+#: with this timeout.
+E2E_TIMEOUT_S = 180
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -67,139 +57,29 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", head[16:24])
 
 
-def expected_size(dashboard: dict) -> tuple[int, int]:
-    rows = max(p.y + p.h for p in layout(dashboard))
-    return GRID_COLUMNS * COLUMN_PX, HEADER_PX + rows * ROW_PX + FOOTER_PX
-
-
-def prometheus_config(rule_file: Path, ports: dict[str, tuple[int, int]]) -> dict:
-    def job(name: str, which: int) -> dict:
-        return {
-            "job_name": name,
-            "static_configs": [
-                {"targets": [f"127.0.0.1:{ports[p.name][which]}"], "labels": {"namespace": p.namespace, "pod": p.name}}
-                for p in PODS
-            ],
-        }
-
-    return {
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(rule_file)],
-        "scrape_configs": [job("kv-cache-sidecar", 1), job("vllm", 0)],
-    }
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status == 200
-    except OSError:  # URLError, HTTPError, refused, timeout
-        return False
-
-
 @pytest.fixture(scope="module")
-def prometheus(prometheus_bin, tmp_path_factory) -> Iterator[tuple[PrometheusAPI, float]]:
-    """A Prometheus holding about 25 s of both pods; (its API, the time it became ready)."""
-    workdir = tmp_path_factory.mktemp("snapshot-stack")
-    rule_file = render_fast_rules(workdir / "rules")
-    ports = {p.name: (free_port(), free_port()) for p in PODS}
-    prom_port = free_port()
-    (workdir / "prometheus.yaml").write_text(dump_yaml(prometheus_config(rule_file, ports)), encoding="utf-8")
-    procs = Processes(workdir)
-    api = PrometheusAPI(f"http://127.0.0.1:{prom_port}")
-    kv = kv_sidecar()
-    try:
-        for pod in PODS:
-            sim_port, port = ports[pod.name]
-            procs.start(
-                f"simulator-{pod.name}",
-                [
-                    *kv,
-                    "simulate",
-                    *("--host", "127.0.0.1", "--port", str(sim_port), "--model-name", pod.model_name),
-                    *("--scenario", pod.scenario, "--speed", str(pod.speed), "--seed", str(pod.seed)),
-                ],
-            )
-            config = workdir / f"sidecar-{pod.name}.yaml"
-            config.write_text(dump_yaml(sidecar_config(pod, sim_port, port)), encoding="utf-8")
-            procs.start(f"sidecar-{pod.name}", [*kv, "run", "--config.file", str(config)])
-        procs.start(
-            "prometheus",
-            [
-                prometheus_bin,
-                f"--config.file={workdir / 'prometheus.yaml'}",
-                f"--storage.tsdb.path={workdir / 'prom-data'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
+def small_stack(prometheus_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """One steady pod, its sidecar and Prometheus, once Prometheus has 15 s of the pod's usage and its advice."""
+    with running_stack(tmp_path_factory.mktemp("snapshot-stack"), prometheus_bin, CURRENT, pods=(POD,)) as s:
+        pod = {POD.name}
+        wait_for_signals(
+            s,
+            timeout=60,
+            signals=[
+                # 15 s of usage: a line long enough to find in the picture's pixels
+                ("15 s of usage", "count_over_time(kvcache_usage_ratio[1m]) >= 15", pod),
+                ("the recommendation", "kvcache_recommendation_info", pod),
             ],
         )
-        ready = {"prometheus": f"{api.url}/-/ready"}
-        ready.update({f"sidecar-{p.name}": f"http://127.0.0.1:{ports[p.name][1]}/readyz" for p in PODS})
-        deadline = time.monotonic() + 30
-        while ready and time.monotonic() < deadline:
-            procs.check_alive()
-            ready = {name: url for name, url in ready.items() if not _answers(url)}
-            time.sleep(0.2)
-        assert not ready, f"not ready within 30 s: {sorted(ready)}\n{procs.logs(*ready)}"
-        started = time.time()
-        while time.time() - started < SETTLE_S:
-            procs.check_alive()
-            time.sleep(0.5)
-        yield api, started
-    finally:
-        procs.stop()
-        api.close()
+        yield s
 
 
 @pytest.fixture(scope="module")
-def artifacts(tmp_path_factory) -> Path:
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = os.environ.get("KV_SIDECAR_TEST_ARTIFACTS")
     path = Path(out) / "dashboard-snapshots" if out else tmp_path_factory.mktemp("dashboard-snapshots")
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def committed() -> dict[str, dict]:
-    return {d["uid"]: d for d in (json.loads(p.read_text()) for p in sorted(DASHBOARDS.glob("*.json")))}
-
-
-def usage_panels(dashboard: dict) -> list[str]:
-    """Titles of the time series drawn from ``kvcache_usage_ratio`` or its recording rules: the first
-    thing an on-call engineer reads on each dashboard."""
-    from sidecar.artifacts.panels import walk_panels
-
-    return [
-        p["title"]
-        for p in walk_panels(dashboard)
-        if p.get("type") == "timeseries" and any("kvcache_usage_ratio" in t.get("expr", "") for t in p["targets"])
-    ]
-
-
-def test_every_committed_dashboard_is_drawn_from_data(prometheus, artifacts):
-    api, started = prometheus
-    dashboards = committed()
-    assert set(dashboards) == {DASHBOARD_OVERVIEW_UID, DASHBOARD_POD_UID, DASHBOARD_CAPACITY_UID}
-    end = time.time()
-    for uid, dashboard in dashboards.items():
-        snap = render_dashboard(dashboard, api, {}, started, end, artifacts / f"{uid}.png", step=1)
-        print(f"{snap.path}: {snap.summary()}, annotations {snap.annotations}, drawn in {snap.seconds:.2f} s")
-        for p in snap.panels:
-            print(f"  [{p.status}] {p.title}" + (f" -- {p.detail}" if p.detail and p.status != "data" else ""))
-        width, height = png_size(snap.path)
-        assert (width, height) == expected_size(dashboard)
-        assert snap.path.stat().st_size > 20_000, "too small to show the panels"
-        assert len(snap.panels) == sum(1 for _ in _non_rows(dashboard))
-        failed = [f"{p.title}: {p.detail}" for p in snap.panels if p.status == "error"]
-        assert not failed, f"{uid}: queries failed:\n" + "\n".join(failed)
-        main = usage_panels(dashboard)
-        assert main, f"{uid}: no usage panel"
-        assert all(snap.status(t) == "data" for t in main), f"{uid}: usage panels without data: {main}"
-        assert sum(p.status == "data" for p in snap.panels) >= len(snap.panels) // 2
-
-
-def _non_rows(dashboard: dict) -> Iterator[dict]:
-    from sidecar.artifacts.panels import walk_panels
-
-    return walk_panels(dashboard)
 
 
 #: Panels whose data is known: one that has data, one whose metric does not exist, one whose query is
@@ -252,10 +132,12 @@ PROBE = {
 }
 
 
-def test_panels_without_data_are_drawn_as_no_data(prometheus, artifacts):
-    api, started = prometheus
+@pytest.mark.e2e
+@pytest.mark.timeout(E2E_TIMEOUT_S)
+def test_panels_without_data_are_drawn_as_no_data(small_stack: Stack, artifacts: Path) -> None:
+    api, started = small_stack.api, small_stack.started
     out = artifacts / "snapshot-probe.png"
-    snap = render_dashboard(PROBE, api, {"pod": "vllm-a-0"}, started, time.time(), out)
+    snap = render_dashboard(PROBE, api, {"pod": POD.name}, started, time.time(), out)
     print(f"{out}: {snap.summary()}")
     assert {p.title: p.status for p in snap.panels} == {
         "usage": "data",
@@ -299,13 +181,20 @@ def _args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def test_snapshot_command_writes_one_png_per_dashboard(prometheus, tmp_path, capsys):
-    api, _ = prometheus
+@pytest.mark.e2e
+@pytest.mark.timeout(E2E_TIMEOUT_S)
+def test_snapshot_command_writes_one_png_per_dashboard(
+    small_stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "png"
-    args = _args("--prometheus-url", api.url, "--dashboards", str(DASHBOARDS), "--out", str(out), "--from", "1m")
+    args = _args(
+        "--prometheus-url", small_stack.api.url, "--dashboards", str(DASHBOARDS), "--out", str(out), "--from", "1m"
+    )
     assert snapshot_command(args) == 0
-    assert sorted(p.name for p in out.iterdir()) == sorted(f"{uid}.png" for uid in committed())
-    assert capsys.readouterr().err.count("wrote ") == len(committed())
+    committed = sorted(p.stem for p in DASHBOARDS.glob("*.json"))
+    assert committed, f"no dashboards in {DASHBOARDS}"
+    assert sorted(p.name for p in out.iterdir()) == [f"{uid}.png" for uid in committed]
+    assert capsys.readouterr().err.count("wrote ") == len(committed)
 
 
 @pytest.mark.parametrize(
