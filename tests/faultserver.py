@@ -6,7 +6,6 @@ the request handler) between scrapes.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -99,9 +98,3 @@ def huge_chunked(total_bytes: int):
         h.wfile.write(b"0\r\n\r\n")
 
     return behave
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from faultserver import FaultServer, free_port, huge_chunked, ok, slow_body, status
+from faultserver import FaultServer, huge_chunked, ok, slow_body, status
 from fixtures import CPU_032
 from harness import Harness
+from processes import free_port
 
 from sidecar.config import load_config
 from sidecar.daemon import Sidecar

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import httpx
-from faultserver import free_port
+from processes import free_port
 
 from sidecar.config import load_config
 from sidecar.daemon import Sidecar, start_http

@@ -1151,20 +1151,6 @@ def render_dashboard(
     return Snapshot(Path(out), panels, annotations, time.monotonic() - began)
 
 
-def render_dashboard_png(
-    dashboard: dict[str, Any],
-    api: PrometheusAPI,
-    values: dict[str, Any],
-    start: float,
-    end: float,
-    out: Path,
-    *,
-    step: float | None = None,
-) -> Path:
-    """:func:`render_dashboard`, returning only the PNG's path."""
-    return render_dashboard(dashboard, api, values, start, end, out, step=step).path
-
-
 # --- the command --------------------------------------------------------------------------------
 
 

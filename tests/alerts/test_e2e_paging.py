@@ -18,21 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 import yaml
 from alerttools import ALERTS, REPO
+from processes import Processes, free_port, http_get, kv_sidecar
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -40,76 +34,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 #: The ramp scenario holds 120% of the saturating arrival rate once it gets there; at 30x
 #: it saturates within about 10 s of wall time and stays at 0.94-1.0.
 SCENARIO, SPEED = "ramp", "30"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _kv_sidecar() -> list[str]:
-    script = Path(sys.executable).with_name("kv-sidecar")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "sidecar.cli"]
-
-
-def _get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-    except (urllib.error.URLError, OSError):
-        return 0, b""
-
-
-class Processes:
-    """Child processes in their own process groups, each logging to a file; all stopped on exit."""
-
-    def __init__(self, logdir: Path):
-        self.logdir = logdir
-        self.procs: dict[str, subprocess.Popen] = {}
-
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = open(self.logdir / f"{name}.log", "wb")
-        proc = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=self.logdir,
-            start_new_session=True,
-        )
-        log.close()
-        self.procs[name] = proc
-        return proc
-
-    def check_alive(self) -> None:
-        for name, proc in self.procs.items():
-            if proc.poll() is not None:
-                raise AssertionError(f"{name} exited with {proc.returncode}\n{self.logs(name)}")
-
-    def logs(self, *names: str, tail: int = 40) -> str:
-        out = []
-        for name in names or self.procs:
-            path = self.logdir / f"{name}.log"
-            lines = path.read_text(errors="replace").splitlines()[-tail:] if path.exists() else []
-            out.append(f"--- {name} ---\n" + "\n".join(lines))
-        return "\n".join(out)
-
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=5)
 
 
 class Webhook:
@@ -171,8 +95,8 @@ test_alertmanager_config.__test__ = False  # a helper, not a test
 def stack(tmp_path, prometheus_bin, alertmanager_bin):
     """Simulator, sidecar, Prometheus and Alertmanager, wired together; always stopped."""
     prometheus, alertmanager = prometheus_bin, alertmanager_bin
-    ports = {name: _free_port() for name in ("sim", "sidecar", "prometheus", "alertmanager")}
-    kv = _kv_sidecar()
+    ports = {name: free_port() for name in ("sim", "sidecar", "prometheus", "alertmanager")}
+    kv = kv_sidecar()
 
     rules_dir = tmp_path / "rules"
     res = subprocess.run(
@@ -187,7 +111,7 @@ def stack(tmp_path, prometheus_bin, alertmanager_bin):
 
     with Webhook() as webhook, contextlib.ExitStack() as stack:
         procs = Processes(tmp_path)
-        stack.callback(procs.stop_all)
+        stack.callback(procs.stop)
 
         am_config = tmp_path / "alertmanager.yaml"
         am_config.write_text(yaml.safe_dump(test_alertmanager_config(webhook.port), sort_keys=False))
@@ -271,7 +195,7 @@ def stack(tmp_path, prometheus_bin, alertmanager_bin):
         deadline = time.monotonic() + 40
         while ready and time.monotonic() < deadline:
             procs.check_alive()
-            ready = {name: url for name, url in ready.items() if _get(url)[0] != 200}
+            ready = {name: url for name, url in ready.items() if http_get(url)[0] != 200}
             time.sleep(0.3)
         assert not ready, f"not ready within 40 s: {sorted(ready)}\n{procs.logs(*ready)}"
         yield {"ports": ports, "webhook": webhook, "procs": procs, "started": time.monotonic()}
@@ -300,7 +224,7 @@ def test_saturation_pages_through_prometheus_and_alertmanager(stack):
     print(f"page reached the webhook {time.monotonic() - started:.1f} s after the stack was ready")
 
     # Right labels: the sidecar's own series labels, plus what Prometheus and the rule add.
-    status, body = _get(f"http://127.0.0.1:{ports['sidecar']}/metrics")
+    status, body = http_get(f"http://127.0.0.1:{ports['sidecar']}/metrics")
     assert status == 200
     usage = next(
         s for f in text_string_to_metric_families(body.decode()) for s in f.samples if s.name == "kvcache_usage_ratio"
@@ -329,7 +253,7 @@ def test_saturation_pages_through_prometheus_and_alertmanager(stack):
     inhibited = None
     deadline = time.monotonic() + 10
     while inhibited is None and time.monotonic() < deadline:
-        status, body = _get(f"{am}/api/v2/alerts?filter=alertname%3D%22KVCacheAlmostFull%22")
+        status, body = http_get(f"{am}/api/v2/alerts?filter=alertname%3D%22KVCacheAlmostFull%22")
         assert status == 200, body
         alerts = json.loads(body)
         warning = [a for a in alerts if a["labels"].get("severity") == "warning"]

@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stack import CURRENT, PODS, Stack, free_port, running_stack, wait_for_signals
+from processes import free_port
+from stack import CURRENT, PODS, Stack, running_stack, wait_for_signals
 
 from sidecar.artifacts.snapshot import (
     COLUMN_PX,
@@ -34,7 +35,6 @@ from sidecar.artifacts.snapshot import (
     format_value,
     mapped_text,
     render_dashboard,
-    render_dashboard_png,
     snapshot_command,
 )
 
@@ -153,7 +153,7 @@ def test_panels_without_data_are_drawn_as_no_data(small_stack: Stack, artifacts:
     assert _pixels_like(out, PROBE["panels"][2], PALETTE[0]) == 0
     # the collapsed row's table is drawn open under the row, the text panel moves below it
     assert png_size(out) == (1800, HEADER_PX + (9 + 6 + 3) * ROW_PX + FOOTER_PX)
-    assert render_dashboard_png(PROBE, api, {}, started, time.time(), out, step=2) == out
+    assert render_dashboard(PROBE, api, {}, started, time.time(), out, step=2).path == out
     assert not list(artifacts.glob(".snapshot-probe.png.*")), "temporary files left behind"
 
 

@@ -30,7 +30,6 @@ import contextlib
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from processes import free_port
 
 from sidecar.config import load_config
 from sidecar.daemon import Sidecar
@@ -66,15 +66,9 @@ FORECAST = {"window": "10m"}
 MODEL = SimConfig().model_name
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def _simulator(speed: float, log: Path):
-    port = _free_port()
+    port = free_port()
     exe = Path(sys.executable).parent / "kv-sidecar"
     argv = [
         str(exe),

@@ -15,7 +15,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from processes import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 VLLM_VERSION = "0.32.0"
@@ -85,13 +85,6 @@ def kv_sidecar_executable() -> Path:
 # --------------------------------------------------------------------------------------------------
 # Small utilities
 # --------------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the kernel picks it; the race window is tiny)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def parse_kv_cache_size_tokens(log_text: str) -> int:
