@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,lint,dashboards]'
+	$(PY) -m pip install -q -e '.[test,lint,dashboards,report]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -25,6 +25,7 @@ run: venv
 
 tools:
 	bash scripts/install-prometheus-tools.sh
+	bash scripts/install-chromium.sh
 
 vllm:
 	bash scripts/install-vllm.sh

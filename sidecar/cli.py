@@ -28,6 +28,7 @@ PLUGGED = (
     "sidecar.capacity.cli",
     "sidecar.artifacts.cli",
     "sidecar.artifacts.dashboards_cli",
+    "sidecar.report.cli",
 )
 
 
@@ -74,8 +75,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     extenders = build_extenders(config)
     setup_logging(config.log_level, config.log_format)
 
+    from .history import HistoryError
+
     try:
         asyncio.run(serve(config, extenders))
+    except HistoryError as e:  # history.path is not a usable history file: nothing was served
+        print(f"kv-sidecar: history.path: {e}", file=sys.stderr)
+        return 2
     except OSError as e:  # e.g. the listen port is taken
         print(f"kv-sidecar: cannot listen on {config.listen_address}: {e.strerror or e}", file=sys.stderr)
         return 1

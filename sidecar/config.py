@@ -143,6 +143,15 @@ class ForecastSettings:
 
 
 @dataclass(frozen=True)
+class HistorySettings:
+    """The ``history:`` section: the embedded history (sidecar.history); off while ``path`` is None."""
+
+    path: str | None = default("history.path")
+    retention_s: float = default("history.retention")
+    max_bytes: int = default("history.max_size")
+
+
+@dataclass(frozen=True)
 class Config:
     """The validated configuration."""
 
@@ -156,6 +165,7 @@ class Config:
     thresholds: Thresholds = field(default_factory=Thresholds)
     model: ModelSettings = field(default_factory=ModelSettings)
     forecast: ForecastSettings = field(default_factory=ForecastSettings)
+    history: HistorySettings = field(default_factory=HistorySettings)
     #: The ``alerts:`` section, parsed: what ``kv-sidecar rules render`` renders with.
     alerts: RuleParams = field(default_factory=RuleParams)
 
@@ -178,6 +188,7 @@ HOLDERS: dict[str, type] = {
     "thresholds": Thresholds,
     "model": ModelSettings,
     "forecast": ForecastSettings,
+    "history": HistorySettings,
     "alerts": RuleParams,
 }
 _SECTION_NAMES = tuple(sect.name for sect in SECTIONS)

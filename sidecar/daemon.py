@@ -7,6 +7,12 @@
 * ``/metrics``; ``/readyz`` = configuration loaded and HTTP up (never depends
   on vLLM: as a native sidecar its readiness gates the whole pod);
   ``/healthz`` = every target's scrape loop ticked within three intervals.
+* The embedded history (``history.path``; :mod:`sidecar.history`): after every scrape, the
+  target's exported series are recorded at the sidecar's wall time, from here and nowhere else
+  (the derivations stay pure); pruned every :data:`HISTORY_PRUNE_S`, flushed and closed on
+  shutdown. A file that cannot be used stops the start before anything is served; a write that
+  fails later is counted (``kvcache_sidecar_history_write_errors_total``), logged once per run of
+  failures, and never stops the scrapes.
 * SIGTERM/SIGINT stop everything within about a second.
 """
 
@@ -29,7 +35,8 @@ from prometheus_client.exposition import choose_encoder
 from . import __version__, parse
 from .config import Config
 from .engines import adapter
-from .exporter import SidecarCollector
+from .exporter import HISTORY_ERRORS, SidecarCollector
+from .history import HistoryError, HistoryStore, Sample
 from .observation import EngineScrape
 from .scrape import ScrapeFailed, fetch, make_client
 from .state import Extender, TargetState, ingest_failure, ingest_success
@@ -41,12 +48,28 @@ log = logging.getLogger("kv_sidecar.daemon")
 #: rank (tens at most); far more means the URL is not one inference server, and exporting them all
 #: would stall the other targets and swell /metrics.
 MAX_ENGINES_PER_TARGET = 256
+#: How often the history drops the minutes past its retention (and re-checks its size cap).
+HISTORY_PRUNE_S = 600.0
+
+
+def open_history(config: Config, now: float | None = None) -> HistoryStore | None:
+    """The history file of ``history.path`` (None when unset); raises :class:`HistoryError` on a bad file."""
+    h = config.history
+    if h.path is None:
+        return None
+    return HistoryStore.open(h.path, retention_s=h.retention_s, max_bytes=h.max_bytes, now=now)
 
 
 class Sidecar:
     """Everything the daemon runs, usable in-process by tests and benchmarks."""
 
-    def __init__(self, config: Config, extenders: tuple[Extender, ...] = (), clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        config: Config,
+        extenders: tuple[Extender, ...] = (),
+        clock: Callable[[], float] = time.time,
+        history: HistoryStore | None = None,
+    ):
         self.config = config
         self.clock = clock  # wall time, injectable so tests can step past the staleness limit
         self.extenders = extenders
@@ -55,13 +78,33 @@ class Sidecar:
         # The collector describes its families (the catalogue), so registering a second collector that
         # exports one of those names fails; auto_describe only matters for collectors without describe().
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SidecarCollector(self.states, staleness_s=config.staleness_s, clock=clock))
+        self.history = history
+        self.history_errors = 0
+        self._history_failing = False
+        self.registry.register(
+            SidecarCollector(
+                self.states,
+                staleness_s=config.staleness_s,
+                clock=clock,
+                history_errors=(lambda: self.history_errors) if history is not None else None,
+            )
+        )
+        # One collector per target for the history: what /metrics shows of that target, nothing else.
+        self._target_collectors = {
+            st.target.name: SidecarCollector([st], staleness_s=config.staleness_s, clock=clock) for st in self.states
+        }
         self._clients = {t.name: make_client(t) for t in config.targets}
         self._parsers = {t.name: parse.FilteredParser(adapter(t.engine).NEEDED) for t in config.targets}
         self.started_monotonic = time.monotonic()
 
     async def scrape_once(self, state: TargetState) -> None:
         """Fetch, parse, normalise and derive one target; failures are counted, never raised."""
+        try:
+            await self._scrape(state)
+        finally:
+            self.record_history(state)
+
+    async def _scrape(self, state: TargetState) -> None:
         target = state.target
         state.last_tick_monotonic = time.monotonic()
         start = time.perf_counter()
@@ -132,6 +175,52 @@ class Sidecar:
             watermark=self.config.thresholds.watermark,
             extenders=self.extenders,
         )
+
+    def record_history(self, state: TargetState) -> None:
+        """Append what ``/metrics`` shows of this target now to the history (when one is configured)."""
+        if self.history is None:
+            return
+        try:
+            self.history.record(self.clock(), self._target_samples(state))
+        except (HistoryError, OSError) as e:
+            self._history_failed(e)
+        else:
+            if self._history_failing:
+                log.info("history writes recovered path=%s", self.history.path)
+                self._history_failing = False
+
+    def _target_samples(self, state: TargetState) -> list[Sample]:
+        """The target's exported samples as (name, labels, value, kind); info series are gauges of 1."""
+        samples: list[Sample] = []
+        for family in self._target_collectors[state.target.name].collect():
+            if family.name in ("kvcache_sidecar_build_info", HISTORY_ERRORS):
+                continue
+            kind = "counter" if family.type == "counter" else "gauge"
+            samples.extend((s.name, s.labels, s.value, kind) for s in family.samples if not s.name.endswith("_created"))
+        return samples
+
+    def prune_history(self) -> None:
+        if self.history is None:
+            return
+        try:
+            self.history.prune(self.clock())
+        except (HistoryError, OSError) as e:
+            self._history_failed(e)
+
+    def _history_failed(self, e: Exception) -> None:
+        self.history_errors += 1
+        (log.debug if self._history_failing else log.warning)("history write failed: %s", e)
+        self._history_failing = True
+
+    def close_history(self) -> None:
+        if self.history is None:
+            return
+        try:
+            self.history.flush()
+        except (HistoryError, OSError) as e:
+            self._history_failed(e)
+        finally:
+            self.history.close()
 
     def healthy(self, now_monotonic: float | None = None) -> tuple[bool, str]:
         """True when every target's loop ticked within three intervals."""
@@ -210,8 +299,11 @@ async def serve(
     on_listening: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT (or ``stop`` is set)."""
-    sidecar = Sidecar(config, extenders)
+    """Run until SIGTERM/SIGINT (or ``stop`` is set).
+
+    Raises :class:`~sidecar.history.HistoryError` before serving when ``history.path`` cannot be used.
+    """
+    sidecar = Sidecar(config, extenders, history=open_history(config))
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -219,7 +311,11 @@ async def serve(
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):  # not the main thread (tests)
             pass
-    server = start_http(sidecar, ready=lambda: True)
+    try:
+        server = start_http(sidecar, ready=lambda: True)
+    except OSError:
+        sidecar.close_history()
+        raise
     host, port = server.server_address[:2]
     url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host!s}:{port}/metrics"
     log.info(
@@ -249,6 +345,14 @@ async def serve(
             id=f"scrape:{st.target.name}",
             next_run_time=datetime.now(UTC),
         )
+    if sidecar.history is not None:
+        scheduler.add_job(sidecar.prune_history, "interval", seconds=HISTORY_PRUNE_S, id="history:prune")
+        log.info(
+            "history path=%s retention=%ss max_bytes=%s",
+            config.history.path,
+            config.history.retention_s,
+            config.history.max_bytes,
+        )
     scheduler.start()
     try:
         await stop.wait()
@@ -258,3 +362,4 @@ async def serve(
         server.shutdown()
         server.server_close()
         await sidecar.aclose()
+        sidecar.close_history()

@@ -6,7 +6,9 @@ its KV cache on a ramp at ``--speed`` times real time, and a sidecar scraping it
 every second with the bundled Llama-3.1-8B config.json, so the capacity,
 forecast and advice gauges appear too. The sidecar stamps samples with the
 simulator's clock (``clock: simulated``), so forecasts read simulated minutes.
-``kv-sidecar run`` keeps its production defaults.
+The sidecar keeps its history in ``.demo/history.sqlite`` (``--history``), so that
+``kv-sidecar report --history .demo/history.sqlite`` has something to report after a few
+minutes. ``kv-sidecar run`` keeps its production defaults (no history).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import argparse
 import asyncio
 import sys
 from importlib import resources
+from pathlib import Path
 
+from .artifacts.files import dump_yaml, write_atomically
 from .config import ConfigError, build_config, print_config_errors
 from .generations import Generation
 from .logs import setup_logging
@@ -23,6 +27,8 @@ from .simulator import SCENARIOS, SimConfig, Simulator
 from .simulator.server import SimServer
 
 BUNDLED_MODEL = "llama-3.1-8b.config.json"
+#: Where ``make run`` keeps the sidecar's history (relative to the working directory; git ignores it).
+DEMO_HISTORY = ".demo/history.sqlite"
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -41,6 +47,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--host", default="127.0.0.1", help="address both listen on (default: 127.0.0.1)")
     p.add_argument("--simulator-port", type=int, default=0, help="simulator port (default: any free port)")
     p.add_argument("--sidecar-port", type=int, default=0, help="sidecar port (default: any free port)")
+    p.add_argument(
+        "--history",
+        default=DEMO_HISTORY,
+        help=f"the sidecar's history file, for `kv-sidecar report --history` (default: {DEMO_HISTORY}; '' = none)",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -50,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     # (apscheduler) with the layers (capacity model, forecast) add some 45 ms to a start-up that
     # does not run the demo.
     from .daemon import serve
+    from .history import HistoryError
     from .layers import build_extenders
 
     if args.scenario not in SCENARIOS:
@@ -74,6 +86,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"kv-sidecar demo: --simulator-port: cannot listen: {e.strerror or e}", file=sys.stderr)
         return 2
     model = resources.files("sidecar") / "data" / BUNDLED_MODEL
+    # The simulator's memory side, as an operator would copy it from vLLM's start-up log.
+    model_section = {
+        "config": str(model),
+        "gpu_memory": f"{sim_config.gpu_memory_bytes}",
+        "weights_memory": sim_config.weights_bytes,
+        "activation_memory": sim_config.activation_bytes,
+        "non_torch_memory": sim_config.non_torch_bytes,
+        "cudagraph_memory": 0,
+    }
+    history: dict[str, str] = {}
+    report_config = None
+    if args.history:
+        Path(args.history).parent.mkdir(parents=True, exist_ok=True)
+        history = {"path": args.history}
+        # What `kv-sidecar report --config.file` needs to size its advice: the model section.
+        report_config = Path(args.history).parent / "config.yaml"
+        write_atomically(report_config, dump_yaml({"model": model_section}))
     try:
         config = build_config(
             {
@@ -83,15 +112,8 @@ def run(args: argparse.Namespace) -> int:
                 "web": {"listen_address": f"{args.host}:{args.sidecar_port}"},
                 "scrape": {"interval": "1s"},
                 "derive": {"window": "5m"},
-                # The simulator's memory side, as an operator would copy it from vLLM's start-up log.
-                "model": {
-                    "config": str(model),
-                    "gpu_memory": f"{sim_config.gpu_memory_bytes}",
-                    "weights_memory": sim_config.weights_bytes,
-                    "activation_memory": sim_config.activation_bytes,
-                    "non_torch_memory": sim_config.non_torch_bytes,
-                    "cudagraph_memory": 0,
-                },
+                "history": history,
+                "model": model_section,
             },
             source="demo",
         )
@@ -110,10 +132,19 @@ def run(args: argparse.Namespace) -> int:
             "'^kvcache_(usage_ratio|free_tokens|time_until_full|recommendation)'\"",
             flush=True,
         )
+        if args.history:
+            print(
+                f"weekly report:   after a few minutes, kv-sidecar report --history {args.history} "
+                f"--config.file {report_config} --since 1h --out {Path(args.history).parent / 'report'}",
+                flush=True,
+            )
         print("Ctrl-C stops both.", flush=True)
 
     try:
         asyncio.run(serve(config, extenders, on_listening=listening))
+    except HistoryError as e:
+        print(f"kv-sidecar demo: --history: {e}", file=sys.stderr)
+        return 2
     except OSError as e:
         print(f"kv-sidecar demo: --sidecar-port: cannot listen: {e.strerror or e}", file=sys.stderr)
         return 2

@@ -45,11 +45,24 @@ def _number(label: str | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+#: Exported only when the embedded history is on (``history.path``).
+HISTORY_ERRORS = "kvcache_sidecar_history_write_errors_total"
+
+
 class SidecarCollector(Collector):
-    def __init__(self, states: Sequence[TargetState], *, staleness_s: float, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        states: Sequence[TargetState],
+        *,
+        staleness_s: float,
+        clock: Callable[[], float] = time.time,
+        history_errors: Callable[[], int] | None = None,
+    ):
         self._states = states
         self._staleness_s = staleness_s
         self._clock = clock
+        self._history_errors = history_errors  # None: no history configured, no such series
+        self._names = [m.name for m in CATALOGUE if m.name != HISTORY_ERRORS or history_errors is not None]
 
     def describe(self) -> Iterable[Metric]:
         """Every family of the catalogue, empty (collect() fills them per scrape).
@@ -62,7 +75,7 @@ class SidecarCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         now = self._clock()
-        fams = {m.name: _family(m.name) for m in CATALOGUE}
+        fams = {name: _family(name) for name in self._names}
 
         def add(name: str, labels: list[str], value: float | None) -> None:
             if value is not None and not math.isnan(value):
@@ -128,5 +141,11 @@ class SidecarCollector(Collector):
                     else:
                         add(name, key, value)  # type: ignore[arg-type]
 
-        add("kvcache_sidecar_build_info", [__version__], 1.0)
+        self._add_own(fams)
         yield from fams.values()
+
+    def _add_own(self, fams: dict[str, CounterMetricFamily | GaugeMetricFamily]) -> None:
+        """The sidecar's own series: its version, and its history's write errors when it keeps one."""
+        if self._history_errors is not None:
+            fams[HISTORY_ERRORS].add_metric([], float(self._history_errors()))
+        fams["kvcache_sidecar_build_info"].add_metric([__version__], 1.0)

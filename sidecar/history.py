@@ -7,9 +7,9 @@ range.
 Why: a single VM, a laptop or the demo has no Prometheus, yet the weekly capacity report needs a week of
 usage. Stdlib ``sqlite3`` only, so it costs no dependency.
 
-Status: the store alone. The daemon's writer (from its I/O edge, never from the pure derivations, with a
-``history:`` configuration section) and ``kv-sidecar report --history PATH`` are the next steps; until
-then only ``tests/test_history.py`` uses it.
+Who writes and reads it: the daemon, from its I/O edge after every scrape, when ``history.path`` is set
+(:mod:`sidecar.daemon`); ``kv-sidecar report --history PATH`` reads it, read-only
+(:mod:`sidecar.report.embedded`).
 
 Resolution: one minute. A row covers ``[minute, minute + 60)`` in Unix seconds (``minute`` is the start).
 A gauge's row holds the minute's min, max, sum and count of samples (mean = sum / count) and the last
@@ -70,6 +70,8 @@ MAX_PENDING_MINUTES = 60
 #: is enforced once per tenth of it written, not at every flush.
 CAP_TARGET = 0.9
 KINDS = ("gauge", "counter")
+#: Series keys remembered between scrapes (see ``HistoryStore._key``).
+MAX_KEY_CACHE = 10_000
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _SCHEMA = """
@@ -247,6 +249,7 @@ class HistoryStore:
         self._pending: dict[int, dict[SeriesKey, _Minute]] = {}
         self._pending_kinds: dict[SeriesKey, str] = {}
         self._newest_minute: int | None = None
+        self._keys: dict[tuple[str, tuple[tuple[str, str], ...]], SeriesKey] = {}
 
     # --- opening and closing ---
 
@@ -360,7 +363,7 @@ class HistoryStore:
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"{name}: kind {kind!r} is not one of {', '.join(KINDS)}")
-        key = (name, canonical_labels(labels))
+        key = self._key(name, labels)
         known = self._kinds.get(self._ids[key]) if key in self._ids else self._pending_kinds.get(key)
         if known is not None and known != kind:
             raise ValueError(f"{name}{key[1]}: recorded as a {known}, now as a {kind}")
@@ -372,6 +375,17 @@ class HistoryStore:
             bucket[key].add(value, increment)
         else:
             bucket[key] = _Minute(value, value, increment, 1, value)
+
+    def _key(self, name: str, labels: Mapping[str, str]) -> SeriesKey:
+        """``(name, canonical labels)``, memoised: the same series arrive at every scrape, and the JSON
+        encoding was most of the cost of recording one."""
+        raw = (name, tuple(labels.items()))
+        key = self._keys.get(raw)
+        if key is None:
+            if len(self._keys) >= MAX_KEY_CACHE:
+                self._keys.clear()  # label churn (pods come and go): start afresh rather than grow
+            key = self._keys[raw] = (name, canonical_labels(labels))
+        return key
 
     def _counter_increase(self, key: SeriesKey, value: float) -> float:
         previous = self._counter_last.get(key)

@@ -348,6 +348,15 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "Expected after a deploy; unexpected ones mean someone changed vLLM's flags.",
     ),
     MetricDoc(
+        "kvcache_sidecar_history_write_errors_total",
+        "counter",
+        "writes",
+        (),
+        "Failed writes of the embedded history (history.path): disk full, file locked by another "
+        "process, removed or replaced. Exported only when history.path is set.",
+        "Above 0 and rising: the weekly report from this history will have gaps; see the sidecar's log.",
+    ),
+    MetricDoc(
         "kvcache_sidecar_build_info",
         "info",
         "",

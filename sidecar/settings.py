@@ -162,6 +162,11 @@ SECTIONS = (
         "Forecast and advice (kvcache_time_until_full_seconds, kvcache_suggested_gpu_memory_utilization, ...).",
     ),
     Section(
+        "history",
+        "The sidecar's own history of its series (one SQLite file, one row per series and minute), "
+        "for `kv-sidecar report --history` where there is no Prometheus. Off unless path is set.",
+    ),
+    Section(
         "alerts",
         "Parameters of the alert rules, read by `kv-sidecar rules render` (the thresholds are the other half).",
     ),
@@ -388,6 +393,33 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("forecast", "utilization_min", Number(), 0.5, "suggested utilizations are clamped to at least this ..."),
     Setting("forecast", "utilization_max", Number(), 0.95, "... and at most this"),
+    Setting(
+        "history",
+        "path",
+        Text(metavar="PATH"),
+        None,
+        "the history file (created if missing; a file that is not a kv-sidecar history is refused); none = off",
+        env="KV_SIDECAR_HISTORY_PATH",
+        run_flag=True,
+        shown_default="none (off)",
+        example="/var/lib/kv-sidecar/history.sqlite",
+    ),
+    Setting(
+        "history",
+        "retention",
+        Duration(at_least=3600.0),
+        8 * 86400.0,
+        "minutes older than this are deleted (a weekly report needs a week and a bit)",
+        attr="retention_s",
+    ),
+    Setting(
+        "history",
+        "max_size",
+        Size(positive=True),
+        64 * 2**20,
+        "the file (with its WAL) never grows past this; the oldest minutes go first",
+        attr="max_bytes",
+    ),
 )
 
 #: The fields of each entry of ``targets:`` (a plain URL string is ``{url: ...}``).

@@ -121,6 +121,7 @@ def test_the_table_keeps_every_variable_and_flag_name():
         "KV_SIDECAR_MODEL_PIPELINE_PARALLEL_SIZE",
         "KV_SIDECAR_MODEL_GPU_MEMORY",
         "KV_SIDECAR_THRESHOLDS_WATERMARK",
+        "KV_SIDECAR_HISTORY_PATH",
     }
     assert set(cli.RUN_FLAGS) == {
         "web_listen_address",
@@ -136,6 +137,7 @@ def test_the_table_keeps_every_variable_and_flag_name():
         "model_gpu_memory",
         "thresholds_watermark",
         "forecast_window",
+        "history_path",
     }
     assert {row.path for row in rules_cli.RENDER_FLAGS} == {
         "thresholds.watermark",
@@ -218,6 +220,7 @@ RUN_HELP = {
     "--model.pipeline-parallel-size N": "1",
     "--model.gpu-memory SIZE|GPU": "none",
     "--forecast.window DURATION": "10m",
+    "--history.path PATH": "none (off)",
 }
 
 #: What `kv-sidecar rules --help` says of each settings flag.

@@ -69,12 +69,12 @@ from faultserver import FaultServer, ok  # noqa: E402
 from fixtures import CPU_032  # noqa: E402
 
 from sidecar.config import load_config  # noqa: E402
-from sidecar.daemon import Sidecar  # noqa: E402
+from sidecar.daemon import Sidecar, open_history  # noqa: E402
 from sidecar.layers import build_extenders  # noqa: E402
 
 
 @pytest.fixture
-def full_run_registry():
+def full_run_registry(tmp_path_factory):
     """Two real saturated captures through the daemon: one run with --kv-cache-memory-bytes, one as if with
     --gpu-memory-utilization on a GPU too small for the demand (so shortfall, replicas and levers appear)."""
     full_a = (CPU_032 / "gqa-6mib_full-a.txt").read_text()
@@ -89,10 +89,12 @@ def full_run_registry():
             flags={
                 ("model", "config"): str(CPU_032 / "tiny-llama-gqa-bf16.config.json"),
                 ("model", "gpu_memory"): "8MiB",
+                ("history", "path"): str(tmp_path_factory.mktemp("history") / "history.sqlite"),
             },
             flag_targets=[s.url for s in servers],
         )
-        sidecar = Sidecar(config, build_extenders(config), clock=lambda: clock[0])
+        history = open_history(config, now=clock[0])  # its write-error counter is exported too
+        sidecar = Sidecar(config, build_extenders(config), clock=lambda: clock[0], history=history)
         loop = asyncio.new_event_loop()
         for i in range(8):
             servers[0].behaviour = ok((full_a if i == 0 else full_b).encode())
@@ -102,6 +104,7 @@ def full_run_registry():
                 loop.run_until_complete(sidecar.scrape_once(st))
         loop.run_until_complete(sidecar.aclose())
         loop.close()
+        sidecar.close_history()
         yield sidecar.registry
     finally:
         for s in servers:

@@ -141,7 +141,10 @@ def recording_rules(th: Thresholds) -> list[dict[str, str]]:
 
     The capacity-planning dashboard reads the ``:bool`` series: 1 while some
     pod of the model is above the warning (the watermark), else 0, so that
-    ``avg_over_time(...[1d]) * 24`` is the hours per day spent above it.
+    ``avg_over_time(...[1d]) * 24`` is the hours per day spent above it. The
+    weekly report (:mod:`sidecar.report.prometheus`) reads the model's usage
+    from ``namespace_model:kvcache_usage_ratio:max`` and its time waiting from
+    ``namespace_model:kvcache_requests_waiting:bool``.
     """
     by = "by (namespace, model_name)"
 
@@ -197,6 +200,13 @@ def recording_rules(th: Thresholds) -> list[dict[str, str]]:
         {"record": "engine:kvcache_usage_ratio:awake", "expr": "kvcache_usage_ratio unless kvcache_engine_asleep == 1"},
         above("warning", th.warning),
         above("watermark", th.watermark),
+        # 1 while some pod of the model has requests waiting for scheduler capacity (reason="all":
+        # vLLM without the breakdown): the weekly report's time waiting per model, as
+        # avg_over_time(...) like the hours above; threshold-free, so any report settings can use it.
+        {
+            "record": "namespace_model:kvcache_requests_waiting:bool",
+            "expr": f'max {by} (kvcache_requests_waiting{{reason=~"capacity|all"}}) > bool 0',
+        },
         agg("max", "kvcache_suggested_gpu_memory_utilization"),
     ]
 

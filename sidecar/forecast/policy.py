@@ -204,7 +204,7 @@ def _memory(
         return _Memory(kv_cache_memory_bytes=suggested, max_capacity_tokens=c_max)
     if kv_bytes or not (u0 and bpt and model is not None):
         return _NO_MEMORY
-    memory, basis = _gpu_memory(model, c0, bpt, u0)
+    memory, basis = gpu_memory_of(model, c0, bpt, u0)
     if not memory:
         return _NO_MEMORY
     u = suggest_gpu_memory_utilization(
@@ -225,7 +225,7 @@ def _memory(
     return _Memory(utilization=(basis, u), max_capacity_tokens=c_max)
 
 
-def _gpu_memory(model: ServedModel, c0: float, bpt: float, u0: float) -> tuple[float, str]:
+def gpu_memory_of(model: ServedModel, c0: float, bpt: float, u0: float) -> tuple[float, str]:
     """M: the configured GPU memory, else inferred from the pool (:func:`~sidecar.forecast.sizing.infer_gpu_memory`)."""
     if model.gpu_memory_bytes:
         return float(model.gpu_memory_bytes), "configured"

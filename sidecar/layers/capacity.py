@@ -9,6 +9,7 @@ block size, KV dtype and ``max_model_len`` vLLM reports.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from .. import capacity as cap
 from ..config import ModelSettings
 from ..derive import Derived
+from ..forecast.policy import ServedModel
 from ..observation import Observation
 from ..state import History, TargetModelEngine
 from .cache_labels import actual_capacity, label, label_float, max_model_len
@@ -113,6 +115,18 @@ class CapacityLayer:
                         e,
                     )
         return Theory(layout, exact, estimated, budget)
+
+    def served_model(self, layout: cap.KVLayout) -> ServedModel:
+        """What the advice policy needs of the model for this layout (the daemon's and the report's)."""
+        return ServedModel(
+            bytes_per_token=layout.bytes_per_token,
+            kv_dtype_bytes=layout.kv_dtype_bytes,
+            kv_heads=layout.kv_heads,
+            attention=layout.attention,
+            tensor_parallel=layout.tp,
+            gpu_memory_bytes=self.gpu_memory,
+            non_kv_bytes=functools.partial(self.non_kv_bytes, layout),
+        )
 
     def non_kv_bytes(self, layout: cap.KVLayout) -> cap.NonKVBytes:
         """Weights, activation peak, non-torch and CUDA-graph bytes on one rank: the model.*_memory

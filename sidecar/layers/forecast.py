@@ -241,16 +241,7 @@ class ForecastLayer:
         theory = capacity.theory(obs) if capacity is not None else None
         if capacity is None or theory is None:
             return None
-        layout = theory.layout
-        return ServedModel(
-            bytes_per_token=layout.bytes_per_token,
-            kv_dtype_bytes=layout.kv_dtype_bytes,
-            kv_heads=layout.kv_heads,
-            attention=layout.attention,
-            tensor_parallel=layout.tp,
-            gpu_memory_bytes=capacity.gpu_memory,
-            non_kv_bytes=lambda: capacity.non_kv_bytes(layout),
-        )
+        return capacity.served_model(theory.layout)
 
 
 def _advice_gauges(advice: Advice) -> dict[str, object]:

@@ -1,0 +1,441 @@
+"""``kv-sidecar report`` and ``kv-sidecar reporter``: the weekly capacity report, once or on a schedule.
+
+``report`` reads one period of history (the Prometheus HTTP API, or the sidecar's own history file),
+computes the figures (:mod:`sidecar.report.figures`, with the daemon's own sizing and advice
+functions) and writes Markdown, HTML and JSON (:mod:`sidecar.report.render`). ``reporter`` runs the
+same on a cron schedule and can post the summary to a Slack-compatible webhook
+(:mod:`sidecar.report.reporter`).
+
+Exit codes (one line on stderr for each failure, no traceback, no partial file):
+
+0 the report was written;
+1 the history could not be read (Prometheus unreachable, an HTTP error, a timeout) or the output
+  folder cannot be written;
+2 bad arguments or input files: the configuration, the selector, the period, a history file that is
+  missing, corrupt, foreign or locked;
+3 nothing to report: the selector matched no pod in the period.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..units import format_duration, parse_duration
+
+FORMATS = ("md", "html", "json")
+DEFAULT_SINCE = "7d"
+DEFAULT_OUT = "reports"
+EXTRA_HINT = "pip install 'kv-cache-sidecar[report]'"  # matplotlib draws the plots
+
+
+class ReportFailed(Exception):
+    """A failure with its exit code; the message is the one line printed."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Options:
+    """What one report is made from (the flags of ``report``, also what ``reporter`` runs each time)."""
+
+    prometheus_url: str | None = None
+    history: str | None = None
+    since_s: float = 7 * 86400.0
+    start: float | None = None  # --from; with end, replaces since
+    end: float | None = None  # --to
+    selector: str = ""
+    out: Path = Path(DEFAULT_OUT)
+    formats: tuple[str, ...] = FORMATS
+    compare_previous: bool = False
+    config_file: str | None = None
+    bearer_token_file: str | None = None
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 30.0
+    concurrency: int = 4
+    pods_per_query: int = 50
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A written report: its figures, its files and the summary text a webhook posts."""
+
+    report: Any  # sidecar.report.results.Report
+    paths: list[Path]
+    summary_text: str
+
+
+def parse_time(text: str, flag: str) -> float:
+    """``--from``/``--to``: RFC 3339 (``2026-11-23T00:00:00Z``), a date (UTC midnight) or Unix seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ReportFailed(
+            f"{flag}: {text!r} is not a time; write 2026-11-23, 2026-11-23T06:00:00Z or Unix seconds", 2
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def period_of(options: Options, now: float) -> Any:
+    """The period to report: ``--from``/``--to``, else ``--since`` ending now, on whole minutes."""
+    from .data import STEP_S, Period
+
+    if options.start is not None or options.end is not None:
+        if options.start is None or options.end is None:
+            raise ReportFailed("--from and --to: give both, or neither (then --since)", 2)
+        start = -(-options.start // STEP_S) * STEP_S  # up to a whole minute
+        end = options.end // STEP_S * STEP_S
+        if end <= start:
+            raise ReportFailed("--from/--to: the period is empty; --to must be at least a minute after --from", 2)
+        return Period(start, end)
+    if options.since_s < STEP_S:
+        raise ReportFailed(f"--since: at least {format_duration(STEP_S)}", 2)
+    return Period.ending(now, options.since_s)
+
+
+def _settings(options: Options) -> tuple[Any, Any, Any]:
+    """Thresholds, advice settings and the configured model from ``--config.file`` (defaults without)."""
+    from ..config import ConfigError, load_config
+    from ..forecast.policy import AdviceSettings
+
+    try:
+        config = load_config(options.config_file, env={}, flags={})
+    except ConfigError as e:
+        where = options.config_file or "defaults"
+        raise ReportFailed(f"--config.file {where}: " + "; ".join(e.problems), 2) from None
+    fc = config.forecast
+    advice = AdviceSettings(
+        target_usage=config.thresholds.target_usage,
+        utilization_min=fc.utilization_min,
+        utilization_max=fc.utilization_max,
+        peak_window_s=fc.peak_window_s,
+    )
+    return config.thresholds, advice, config.model
+
+
+def served_models(model_settings: Any, week: Any) -> dict[Any, Any]:
+    """What ``model.config`` says of each model whose pods it describes (bytes per token must agree).
+
+    A report may cover many models while a configuration describes one: the configured model is
+    applied to the models whose ``kvcache_theoretical_bytes_per_token`` (exported by a sidecar
+    configured with the same file) equals its own, and to no other.
+    """
+    if model_settings.config is None:
+        return {}
+    from ..layers.capacity import CapacityLayer
+
+    layer = CapacityLayer(model_settings)
+    served: dict[Any, Any] = {}
+    for pod in week.pods:
+        if pod.model in served or pod.bytes_per_token is None:
+            continue
+        layout = layer.layout_for({"block_size": str(pod.block_size)} if pod.block_size else {})
+        if abs(layout.bytes_per_token - pod.bytes_per_token) > 0.5:
+            continue
+        served[pod.model] = layer.served_model(layout)
+    return served
+
+
+def load_week(options: Options, period: Any, thresholds: Any) -> Any:
+    """Read the period from the chosen source; failures become :class:`ReportFailed`."""
+    from ..history import HistoryError
+    from .selector import SelectorError, parse_selector
+
+    try:
+        matchers = parse_selector(options.selector)
+    except SelectorError as e:
+        raise ReportFailed(f"--selector: {e}", 2) from None
+    if options.history:
+        from .embedded import HistorySource
+
+        try:
+            return HistorySource(options.history).load(period, matchers, options.compare_previous)
+        except HistoryError as e:
+            raise ReportFailed(f"--history: {e}", 2) from None
+    from .prometheus import PrometheusSource, ReportSourceError
+
+    try:
+        source = PrometheusSource(
+            options.prometheus_url or "",
+            bearer_token_file=options.bearer_token_file,
+            ca_file=options.ca_file,
+            insecure_skip_verify=options.insecure_skip_verify,
+            headers=options.headers,
+            timeout_s=options.timeout_s,
+            concurrency=options.concurrency,
+            pods_per_query=options.pods_per_query,
+        )
+        return source.load(period, options.selector, options.compare_previous, thresholds=thresholds)
+    except ReportSourceError as e:
+        raise ReportFailed(f"--prometheus-url: {e}", getattr(e, "exit_code", 1)) from None
+
+
+def produce(options: Options, now: float | None = None) -> Outcome:
+    """One report, end to end; raises :class:`ReportFailed` with the exit code."""
+    from . import figures
+
+    now = time.time() if now is None else now
+    period = period_of(options, now)
+    thresholds, advice, model_settings = _settings(options)
+    week = load_week(options, period, thresholds)
+    if not week.pods:
+        where = f" matching {options.selector}" if options.selector else ""
+        raise ReportFailed(
+            f"no KV-cache series{where} between {_iso(period.start)} and {_iso(period.end)} in {week.source}; "
+            "check the selector and the period (is the sidecar scraped there?)",
+            3,
+        )
+    report = figures.compute(
+        week,
+        thresholds=thresholds,
+        advice=advice,
+        served=served_models(model_settings, week),
+        generated_at=now,
+    )
+    from .render import ReportWriteError, write_report
+
+    try:
+        paths = write_report(report, options.out, options.formats)
+    except ReportWriteError as e:
+        raise ReportFailed(f"--out: {e}", 1) from None
+    except ImportError as e:  # matplotlib, for the plots; nothing was written
+        raise ReportFailed(f"the report's plots need {e.name}: {EXTRA_HINT}", 1) from None
+    return Outcome(report, paths, summary_text(report, paths))
+
+
+def summary_text(report: Any, paths: Sequence[Path]) -> str:
+    """The few lines a chat message carries: the period, the models that need action, the files."""
+    head = f"KV-cache report {_iso(report.period.start)} to {_iso(report.period.end)} ({report.source})"
+    lines = [head]
+    if report.summary:
+        lines += [f"{i}. {sentence}" for i, sentence in enumerate(report.summary, 1)]
+    else:
+        lines.append("Nothing to change this week.")
+    lines += [f"Report: {p}" for p in paths if p.suffix in (".html", ".md")]
+    return "\n".join(lines)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+# ----------------------------------------------------------------------------- flags
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _formats(text: str) -> tuple[str, ...]:
+    wanted = tuple(dict.fromkeys(f.strip() for f in text.split(",") if f.strip()))
+    bad = [f for f in wanted if f not in FORMATS]
+    if bad or not wanted:
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of {', '.join(FORMATS)}")
+    return wanted
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip() or any(c in text for c in "\r\n"):
+        raise argparse.ArgumentTypeError(f"{text!r}: write 'Name: value' (e.g. 'X-Scope-OrgID: tenant-1')")
+    return name.strip(), value.strip()
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of at least 1")
+    return value
+
+
+def add_report_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of one report (``reporter`` takes the same)."""
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prometheus-url", metavar="URL", help="Prometheus (or Thanos, Mimir, VictoriaMetrics) base URL")
+    src.add_argument("--history", metavar="PATH", help="the sidecar's history file (history.path)")
+    p.add_argument(
+        "--since",
+        type=_duration,
+        default=_duration(DEFAULT_SINCE),
+        metavar="DURATION",
+        help=f"the period: this long, ending now (default: {DEFAULT_SINCE})",
+    )
+    p.add_argument("--from", dest="start", metavar="TIME", help="the period's start (RFC 3339, a date or Unix time)")
+    p.add_argument("--to", dest="end", metavar="TIME", help="the period's end (with --from)")
+    p.add_argument(
+        "--selector", default="", metavar="MATCHERS", help="PromQL label matchers, e.g. '{namespace=\"prod\"}'"
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path(DEFAULT_OUT),
+        metavar="DIR",
+        help=f"folder for the report files (default: {DEFAULT_OUT})",
+    )
+    p.add_argument(
+        "--format",
+        dest="formats",
+        type=_formats,
+        default=FORMATS,
+        metavar="LIST",
+        help="comma-separated: md, html, json (default: all)",
+    )
+    p.add_argument(
+        "--compare-previous",
+        action="store_true",
+        help="read the period before too: week-over-week growth and weeks until full",
+    )
+    p.add_argument(
+        "--config.file",
+        dest="config_file",
+        metavar="FILE",
+        help="the sidecar's configuration: thresholds, forecast bounds, model (for the advice)",
+    )
+    prom = p.add_argument_group("Prometheus API")
+    prom.add_argument("--bearer-token-file", metavar="FILE", help="send 'Authorization: Bearer <the file>'")
+    prom.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify the server's certificate")
+    prom.add_argument("--insecure-skip-verify", action="store_true", help="do not verify TLS certificates")
+    prom.add_argument(
+        "--header",
+        dest="headers",
+        type=_header,
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="an extra header on every request (repeatable), e.g. 'X-Scope-OrgID: tenant-1'",
+    )
+    prom.add_argument("--timeout", type=_duration, default=30.0, metavar="DURATION", help="per request (default: 30s)")
+    prom.add_argument(
+        "--concurrency", type=_positive_int, default=4, metavar="N", help="queries in flight at once (default: 4)"
+    )
+    prom.add_argument(
+        "--pods-per-query",
+        type=_positive_int,
+        default=50,
+        metavar="N",
+        help="pods in one query's selector (default: 50)",
+    )
+
+
+def options_from_args(args: argparse.Namespace) -> Options:
+    return Options(
+        prometheus_url=args.prometheus_url,
+        history=args.history,
+        since_s=args.since,
+        start=None if args.start is None else parse_time(args.start, "--from"),
+        end=None if args.end is None else parse_time(args.end, "--to"),
+        selector=args.selector,
+        out=args.out,
+        formats=args.formats,
+        compare_previous=args.compare_previous,
+        config_file=args.config_file,
+        bearer_token_file=args.bearer_token_file,
+        ca_file=args.ca_file,
+        insecure_skip_verify=args.insecure_skip_verify,
+        headers=dict(args.headers),
+        timeout_s=args.timeout,
+        concurrency=args.concurrency,
+        pods_per_query=args.pods_per_query,
+    )
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    try:
+        outcome = produce(options_from_args(args))
+    except ReportFailed as e:
+        print(f"kv-sidecar report: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print("kv-sidecar report: interrupted; no report file was left half-written", file=sys.stderr)
+        return 130
+    print(outcome.summary_text)
+    return 0
+
+
+DEFAULT_SCHEDULE = "0 6 * * mon"  # Mondays 06:00: last week's report on the desk before the week starts
+
+
+def cmd_reporter(args: argparse.Namespace) -> int:
+    """Run :func:`produce` on a cron schedule until SIGTERM/SIGINT; a failed run is logged, never fatal."""
+    from ..logs import setup_logging
+    from .reporter import run_reporter
+
+    try:
+        options = options_from_args(args)
+        _settings(options)  # a bad --config.file stops the start, not the first Monday
+        if args.webhook_url_file and not Path(args.webhook_url_file).is_file():
+            raise ReportFailed(f"--webhook-url-file: {args.webhook_url_file!r} is not a readable file", 2)
+    except ReportFailed as e:
+        print(f"kv-sidecar reporter: {e}", file=sys.stderr)
+        return e.code
+    setup_logging(args.log_level, "logfmt")
+    try:
+        run_reporter(
+            schedule=args.schedule,
+            timezone=args.timezone,
+            job=lambda: produce(options),
+            webhook_url_file=Path(args.webhook_url_file) if args.webhook_url_file else None,
+            run_now=args.run_now,
+        )
+    except ValueError as e:  # a schedule or time zone APScheduler cannot read
+        print(f"kv-sidecar reporter: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``report`` and ``reporter``."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "report",
+        help="write the weekly KV-cache capacity report (Markdown, HTML, JSON)",
+        description="What the KV cache went through over a period and what to change, from Prometheus or the "
+        "sidecar's history. Exit codes: 0 written, 1 source or output failure, 2 bad input, 3 no data.",
+    )
+    add_report_flags(p)
+    p.set_defaults(func=cmd_report)
+
+    r: argparse.ArgumentParser = subparsers.add_parser(
+        "reporter",
+        help="write the report on a cron schedule (default: Mondays 06:00) and post its summary",
+        description="Run `kv-sidecar report` on a cron schedule, for installations without Kubernetes (there, the "
+        "CronJob runs `report`). A failed run is logged and the next one still happens.",
+    )
+    add_report_flags(r)
+    r.add_argument(
+        "--schedule",
+        default=DEFAULT_SCHEDULE,
+        metavar="CRON",
+        help=f"five-field crontab line (default: '{DEFAULT_SCHEDULE}')",
+    )
+    r.add_argument("--timezone", default="UTC", metavar="TZ", help="IANA time zone of the schedule (default: UTC)")
+    r.add_argument(
+        "--webhook-url-file",
+        metavar="FILE",
+        help="post the summary to the Slack-compatible webhook whose URL this file holds",
+    )
+    r.add_argument("--run-now", action="store_true", help="also write one report at start-up")
+    r.add_argument("--log.level", dest="log_level", default="info", choices=("debug", "info", "warning", "error"))
+    r.set_defaults(func=cmd_reporter)
+    return p

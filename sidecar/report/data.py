@@ -1,0 +1,186 @@
+"""What a weekly report is computed from: every pod's series over one period, on one step grid.
+
+Both sources fill the same structures, so the figures, the plots and the three formats never know
+where the history came from:
+
+- :mod:`sidecar.report.prometheus` reads the Prometheus HTTP API (and so Thanos, Mimir,
+  VictoriaMetrics): per-step series reduced on the server (``max_over_time``, ``last_over_time``
+  over each step), and the week's percentiles and hours above each threshold reduced there too
+  (``quantile_over_time``, ``count_over_time`` over raw samples), which it puts in the optional
+  fields of :class:`PodSeries`;
+- :mod:`sidecar.report.embedded` reads the sidecar's own history (:mod:`sidecar.history`), whose
+  resolution is one minute; it leaves the optional fields empty and :mod:`sidecar.report.figures`
+  computes them from the step series.
+
+The grid: step ``i`` covers ``[start + i × step, start + (i + 1) × step)``; a value is NaN when the
+step holds no sample. ``start`` and ``end`` are multiples of the step, so a rerun for the same
+period reads the same steps. The step is one minute (:data:`STEP_S`): the embedded history's
+resolution, and within Prometheus' 11,000 points per series for a day chunk (1,440 points) and for
+a whole week (10,080).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+#: The report's resolution in seconds (one row of the embedded history).
+STEP_S = 60.0
+#: Prometheus refuses a range query of more than this many points per series
+#: (``exceeded maximum resolution of 11,000 points per timeseries``).
+MAX_POINTS_PER_SERIES = 11_000
+#: The alerts whose firings the report lists (the ``ALERTS`` series).
+PAGED_ALERTS = ("KVCacheAlmostFull", "KVCacheFullSoon")
+
+NAN = math.nan
+
+
+@dataclass(frozen=True)
+class Period:
+    """``[start, end)`` in Unix seconds, both multiples of ``step_s``."""
+
+    start: float
+    end: float
+    step_s: float = STEP_S
+
+    def __post_init__(self) -> None:
+        if not (self.end > self.start and self.step_s > 0):
+            raise ValueError(f"period: need end > start and a positive step, got {self}")
+        if self.start % self.step_s or self.end % self.step_s:
+            raise ValueError(f"period: start and end must be multiples of the step ({self.step_s:g}s), got {self}")
+
+    @property
+    def steps(self) -> int:
+        return int((self.end - self.start) // self.step_s)
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    def time(self, i: int) -> float:
+        """Start of step ``i``."""
+        return self.start + i * self.step_s
+
+    def index(self, t: float) -> int | None:
+        """The step holding ``t``; None outside the period."""
+        if not self.start <= t < self.end:
+            return None
+        return int((t - self.start) // self.step_s)
+
+    def previous(self) -> Period:
+        """The period of the same length just before this one (week over week)."""
+        return Period(self.start - self.seconds, self.start, self.step_s)
+
+    @classmethod
+    def ending(cls, end: float, seconds: float, step_s: float = STEP_S) -> Period:
+        """The period of ``seconds`` whose end is ``end`` rounded down to the step."""
+        stop = math.floor(end / step_s) * step_s
+        length = math.ceil(seconds / step_s) * step_s
+        return cls(stop - length, stop, step_s)
+
+
+@dataclass(frozen=True, order=True)
+class ModelKey:
+    """A served model: the report's first level."""
+
+    namespace: str  # "" when the series carry no namespace label (embedded history, plain Prometheus)
+    model_name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.model_name}" if self.namespace else self.model_name
+
+
+def steps(period: Period) -> list[float]:
+    """An empty per-step series (all NaN)."""
+    return [NAN] * period.steps
+
+
+@dataclass
+class PodSeries:
+    """One engine of one pod over the period: the second level of the report.
+
+    Every list has one value per step of the period (NaN: no sample). ``pod`` is the ``pod`` label
+    when the series have one (Kubernetes), else ``instance``, else the sidecar's ``target``.
+    """
+
+    model: ModelKey
+    pod: str
+    engine: str
+    #: the labels that identify this pod's series at the source (selectors are built from them)
+    labels: dict[str, str]
+    usage_max: list[float]  # kvcache_usage_ratio: the step's largest sample
+    usage_mean: list[float]  # kvcache_usage_ratio: the step's mean
+    demand_max: list[float]  # kvcache_demand_tokens: the step's largest sample
+    capacity_tokens: list[float]  # kvcache_capacity_tokens: the step's last sample (vLLM's, null block included)
+    #: kvcache_theoretical_capacity_tokens, the step's last sample, budget="exact" if present, else "estimated"
+    theoretical_capacity_tokens: list[float]
+    #: increases within the step, counter resets handled (a drop counts the new value)
+    preemptions: list[float]  # kvcache_preemptions_total
+    prefix_queries: list[float]  # kvcache_prefix_cache_queries_tokens_total
+    prefix_hits: list[float]  # kvcache_prefix_cache_hits_tokens_total
+    waiting_max: list[float]  # kvcache_requests_waiting{reason=~"capacity|all"}: the step's largest sample
+    running_max: list[float]  # kvcache_requests_running: the step's largest sample
+    #: the last values seen in the period (None: never seen)
+    gpu_memory_utilization: float | None = None  # kvcache_gpu_memory_utilization
+    block_size: int | None = None  # kvcache_server_info{block_size}
+    kv_cache_memory_bytes: float | None = None  # kvcache_server_info{kv_cache_memory_bytes}, when set
+    bytes_per_token: float | None = None  # kvcache_theoretical_bytes_per_token
+    #: kvcache_model_info's labels (architecture, attention, kv_dtype, tp, pp), last seen
+    model_info: dict[str, str] = field(default_factory=dict)
+    #: Figures a source reduced itself from raw samples; None = compute them from the step series.
+    usage_quantiles: dict[str, float] | None = None  # keys "max", "p50", "p95", "p99"
+    seconds_above: dict[str, float] | None = None  # keys "warning", "watermark": seconds with usage above each
+    seconds_waiting: float | None = None  # seconds with requests waiting for KV
+
+    @classmethod
+    def empty(cls, period: Period, model: ModelKey, pod: str, engine: str, labels: dict[str, str]) -> PodSeries:
+        return cls(
+            model=model,
+            pod=pod,
+            engine=engine,
+            labels=labels,
+            usage_max=steps(period),
+            usage_mean=steps(period),
+            demand_max=steps(period),
+            capacity_tokens=steps(period),
+            theoretical_capacity_tokens=steps(period),
+            preemptions=steps(period),
+            prefix_queries=steps(period),
+            prefix_hits=steps(period),
+            waiting_max=steps(period),
+            running_max=steps(period),
+        )
+
+
+@dataclass(frozen=True)
+class Page:
+    """One firing of a paged alert, at step resolution: ``[start, end)``."""
+
+    alertname: str
+    severity: str
+    model: ModelKey
+    pod: str  # "" when the alert is per model
+    start: float
+    end: float
+
+
+@dataclass
+class Week:
+    """Everything a source read for one period (the name says what it usually is)."""
+
+    period: Period
+    pods: list[PodSeries]
+    pages: list[Page]
+    #: where the data came from, as the report prints it ("Prometheus http://...", "history /var/lib/...")
+    source: str
+    #: the period before, read the same way, for the week-over-week figures (None: not asked or no data)
+    previous: Week | None = None
+    #: False when the source cannot know the pages (the embedded history has no ALERTS series)
+    pages_known: bool = True
+    #: Per-model figures a source reduced itself from the raw samples of the model's hottest pod
+    #: (``namespace_model:kvcache_usage_ratio:max``); a model absent here: computed from its pods' steps.
+    model_usage_quantiles: dict[ModelKey, dict[str, float]] = field(default_factory=dict)  # as usage_quantiles
+    model_seconds_above: dict[ModelKey, dict[str, float]] = field(default_factory=dict)  # as seconds_above
+    #: seconds with requests waiting for KV in some pod of the model, from the recorded
+    #: ``namespace_model:kvcache_requests_waiting:bool``; a model absent here: from its pods' steps
+    model_seconds_waiting: dict[ModelKey, float] = field(default_factory=dict)

@@ -1,0 +1,719 @@
+"""A period's series -> the report's figures, with the daemon's own sizing and advice functions.
+
+What: :func:`compute` turns a :class:`~sidecar.report.data.Week` into a
+:class:`~sidecar.report.results.Report`: per pod and per model the usage, capacity, pressure,
+advice and timeline, per model the week-over-week growth, whether it needs action and a one-line
+summary. Pure: no I/O, no clock (``generated_at`` is given), no set iteration (pods are sorted by
+name, models by rank), and no rounding (the renderers format).
+
+Why here: both sources fill the same :class:`~sidecar.report.data.Week`, so a figure is defined
+once, whatever the history came from.
+
+Conventions and where they come from:
+
+- **Percentiles** are Prometheus' φ-quantile (``quantile_over_time``, Prometheus docs "Functions";
+  ``quantile`` in ``promql/quantile.go``): the values sorted, rank ``φ × (n − 1)``, linear
+  interpolation between the two values around it (:func:`quantile`). A source that reduced them
+  from raw samples (``PodSeries.usage_quantiles``) wins; otherwise they are taken over the steps'
+  *means*, so within one step of what raw samples give. The peak is the largest step *maximum*.
+- **Hours above** a threshold: ``PodSeries.seconds_above`` when the source counted raw samples
+  (``count_over_time(usage > thr)`` × the scrape interval); otherwise a step counts in full when
+  its *mean* exceeds the threshold (strictly, as ``> bool`` in the recording rules). For a series
+  that crosses the threshold once within a step, the mean is above it about when more than half
+  the step's samples are, so the error is at most a fraction of a step per crossing and has no
+  sign; counting steps whose *maximum* is above would over-count every crossing by up to a step.
+- **A model** is all pods of one :class:`~sidecar.report.data.ModelKey`. Its usage at each step is
+  that of its hottest pod (max over pods, as the recording rule
+  ``namespace_model:kvcache_usage_ratio:max``), unless the source gave ``Week.model_usage_quantiles``
+  / ``Week.model_seconds_above``; its demand, capacity and counters at each step are sums over the
+  pods that reported then (a pod in a restart gap adds nothing); waiting is "any pod waiting".
+- **Capacity** is vLLM's figure, null block included; usable = capacity − block size, since
+  ``BlockPool`` keeps block 0 as the null block (:mod:`sidecar.forecast.sizing`). The period's
+  capacity is the last value; a pod's capacity is carried over its restart gaps (between its first
+  and last sample), so that a restart does not make the model's sum dip, and not past its last
+  sample (a pod replaced by a rollout stops counting).
+- **Clock hours** (preemptions per hour, the worst hour) are UTC hours, the first one the hour that
+  holds the period's start; the hour-of-week profile is UTC, Monday first.
+- **Advice** is :func:`sidecar.forecast.policy.advise` over the period's peak demand, the pool's
+  last settings and ``model.config`` when it describes the model (``served``): the function the
+  daemon's gauges come from. Its effect (``peak_usage_after_ratio``) is the peak over the usable
+  capacity the suggested setting gives (:func:`sidecar.forecast.sizing.capacity_at_utilization`,
+  or whole blocks of the suggested KV bytes as vLLM's ``get_num_blocks`` floors them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from ..artifacts.params import Thresholds
+from ..forecast import policy
+from ..forecast.policy import AdviceSettings, Pool, ServedModel, advise
+from ..forecast.sizing import capacity_at_utilization, suggested_replicas
+from .data import ModelKey, Page, Period, PodSeries, Week
+from .results import Advice, Capacity, Growth, ModelReport, PodReport, Pressure, Report, Timeline, Usage
+
+HOUR_S = 3600.0
+DAY_S = 86_400.0
+WEEK_S = 604_800.0
+#: The percentiles of usage, by the key sources use in ``usage_quantiles``.
+QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
+#: A week-over-week change of the peak demand at or below this share is noise, not growth: one
+#: more request's worth of tokens at the peak moves it by about this much on a busy engine.
+GROWTH_NOISE_RATIO = 0.01
+#: A model needs action when its peak meets its capacity within this many weeks at the growth seen.
+NEEDS_ACTION_WEEKS_UNTIL_FULL = 4.0
+#: ... or when it spent more than this many hours above the watermark (the paging threshold) ...
+NEEDS_ACTION_HOURS_ABOVE_WATERMARK = 0.0
+#: ... or preempted more than this many requests (vLLM evicted running requests to make room) ...
+NEEDS_ACTION_PREEMPTIONS = 0.0
+#: ... or when its advice is any action but this one.
+NO_ACTION = "none"
+
+#: Unix time 0 was a Thursday: weekday (Monday = 0) of day d since the epoch is (d + 3) mod 7.
+_EPOCH_WEEKDAY = 3
+
+
+def quantile(phi: float, values: Sequence[float]) -> float | None:
+    """Prometheus' φ-quantile of ``values``: rank ``φ × (n − 1)``, linear between its neighbours.
+
+    The definition of ``quantile_over_time`` and the ``quantile`` aggregation (Prometheus docs,
+    "Functions"; ``quantile`` in ``promql/quantile.go``), so that a percentile computed here from
+    steps matches one Prometheus computes from the same values. None for no values.
+    """
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = phi * (len(ordered) - 1)
+    lower = max(0, math.floor(rank))
+    upper = min(len(ordered) - 1, lower + 1)
+    weight = rank - math.floor(rank)
+    return ordered[lower] * (1 - weight) + ordered[upper] * weight
+
+
+# --- step series --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """One pod's or one model's per-step series, NaN where nothing was reported."""
+
+    usage_max: list[float]
+    usage_mean: list[float]
+    demand: list[float]
+    capacity: list[float]  # carried over restart gaps
+    usable: list[float]  # capacity - block size; NaN where the block size is unknown
+    theoretical: list[float]  # carried over restart gaps
+    preemptions: list[float]
+    prefix_queries: list[float]
+    prefix_hits: list[float]
+    waiting: list[float]
+
+
+def _finite(values: Iterable[float]) -> list[float]:
+    return [v for v in values if math.isfinite(v)]
+
+
+def _carry(values: Sequence[float]) -> list[float]:
+    """The series with each gap between its first and last value filled with the value before it."""
+    out = list(values)
+    last = math.nan
+    seen = [i for i, v in enumerate(values) if math.isfinite(v)]
+    if not seen:
+        return out
+    for i in range(seen[0], seen[-1] + 1):
+        if math.isfinite(out[i]):
+            last = out[i]
+        else:
+            out[i] = last
+    return out
+
+
+def _pod_steps(pod: PodSeries) -> _Steps:
+    capacity = _carry(pod.capacity_tokens)
+    bs = pod.block_size
+    return _Steps(
+        usage_max=list(pod.usage_max),
+        usage_mean=list(pod.usage_mean),
+        demand=list(pod.demand_max),
+        capacity=capacity,
+        usable=[c - bs if bs else math.nan for c in capacity],
+        theoretical=_carry(pod.theoretical_capacity_tokens),
+        preemptions=list(pod.preemptions),
+        prefix_queries=list(pod.prefix_queries),
+        prefix_hits=list(pod.prefix_hits),
+        waiting=list(pod.waiting_max),
+    )
+
+
+def _combine(columns: Iterable[Sequence[float]], how: str) -> list[float]:
+    """Per step, the max or sum of the finite values of the columns; NaN where none is finite."""
+    out: list[float] = []
+    for row in zip(*columns, strict=True):
+        values = _finite(row)
+        if not values:
+            out.append(math.nan)
+        else:
+            out.append(max(values) if how == "max" else math.fsum(values))
+    return out
+
+
+def _sum_where_capacity(pods: Sequence[_Steps], attr: str, n: int) -> list[float]:
+    """Per step, the sum over the pods with a capacity then of ``attr`` (NaN if one of them lacks it)."""
+    out: list[float] = []
+    for i in range(n):
+        present = [getattr(p, attr)[i] for p in pods if math.isfinite(p.capacity[i])]
+        out.append(math.fsum(present) if present else math.nan)
+    return out
+
+
+def _model_steps(pods: Sequence[_Steps], n: int) -> _Steps:
+    """The model's steps: the hottest pod's usage, sums of demand, capacity and counters, any pod waiting."""
+    return _Steps(
+        usage_max=_combine((p.usage_max for p in pods), "max"),
+        usage_mean=_combine((p.usage_mean for p in pods), "max"),
+        demand=_combine((p.demand for p in pods), "sum"),
+        capacity=_combine((p.capacity for p in pods), "sum"),
+        usable=_sum_where_capacity(pods, "usable", n),
+        theoretical=_sum_where_capacity(pods, "theoretical", n),
+        preemptions=_combine((p.preemptions for p in pods), "sum"),
+        prefix_queries=_combine((p.prefix_queries for p in pods), "sum"),
+        prefix_hits=_combine((p.prefix_hits for p in pods), "sum"),
+        waiting=_combine((p.waiting for p in pods), "max"),
+    )
+
+
+# --- the figures --------------------------------------------------------------------------------
+
+
+def _usage(
+    s: _Steps,
+    period: Period,
+    thresholds: Thresholds,
+    reduced: Mapping[str, float] | None,
+    seconds_above: Mapping[str, float] | None,
+) -> Usage:
+    """Peak and percentiles (the source's when given, else the steps'), hours above each threshold."""
+    means = _finite(s.usage_mean) or _finite(s.usage_max)  # a source without means: the maxima
+    maxima = _finite(s.usage_max)
+    if reduced is not None:
+        figures: dict[str, float | None] = {k: reduced.get(k) for k in ("max", "p50", "p95", "p99")}
+    else:
+        figures = {"max": max(maxima) if maxima else None}
+        figures.update({key: quantile(phi, means) for key, phi in QUANTILES})
+    if seconds_above is not None:
+        warning_h = seconds_above.get("warning", 0.0) / HOUR_S
+        watermark_h = seconds_above.get("watermark", 0.0) / HOUR_S
+    else:
+        hours_per_step = period.step_s / HOUR_S
+        warning_h = sum(1 for v in means if v > thresholds.warning) * hours_per_step
+        watermark_h = sum(1 for v in means if v > thresholds.watermark) * hours_per_step
+    return Usage(
+        peak_ratio=figures["max"],
+        p50_ratio=figures["p50"],
+        p95_ratio=figures["p95"],
+        p99_ratio=figures["p99"],
+        hours_above_warning=warning_h,
+        hours_above_watermark=watermark_h,
+    )
+
+
+def _last(values: Sequence[float]) -> tuple[int | None, float | None]:
+    for i in range(len(values) - 1, -1, -1):
+        if math.isfinite(values[i]):
+            return i, values[i]
+    return None, None
+
+
+def _value(values: Sequence[float], i: int | None) -> float | None:
+    if i is None or not math.isfinite(values[i]):
+        return None
+    return values[i]
+
+
+def _capacity(s: _Steps) -> Capacity:
+    """The last capacity of the period (usable and theoretical at the same step) against the peak demand."""
+    i, capacity = _last(s.capacity)
+    usable, theoretical = _value(s.usable, i), _value(s.theoretical, i)
+    demands = _finite(s.demand)
+    peak = max(demands) if demands else None
+    ratio = peak / usable if peak is not None and usable else None
+    return Capacity(
+        capacity_tokens=capacity,
+        usable_tokens=usable,
+        theoretical_tokens=theoretical,
+        efficiency_ratio=capacity / theoretical if capacity is not None and theoretical else None,
+        peak_demand_tokens=peak,
+        peak_demand_ratio=ratio,
+        idle_ratio=max(0.0, 1.0 - ratio) if ratio is not None else None,
+    )
+
+
+def _first_hour(period: Period) -> float:
+    return math.floor(period.start / HOUR_S) * HOUR_S
+
+
+def _per_hour(values: Sequence[float], period: Period) -> list[float]:
+    """Sums per UTC clock hour, the first the hour holding the period's start (NaN steps add nothing)."""
+    first = _first_hour(period)
+    hours = math.ceil((period.end - first) / HOUR_S)
+    out = [0.0] * hours
+    for i, v in enumerate(values):
+        if math.isfinite(v):
+            out[int((period.time(i) - first) // HOUR_S)] += v
+    return out
+
+
+def _pressure(s: _Steps, period: Period, seconds_waiting: float | None) -> Pressure:
+    """Preemptions (total, worst clock hour), time waiting for KV, prefix hits over queries."""
+    per_hour = _per_hour(s.preemptions, period)
+    total = math.fsum(per_hour)
+    worst_start: float | None = None
+    worst = 0.0
+    if total > 0:
+        at = max(range(len(per_hour)), key=lambda h: (per_hour[h], -h))  # the earliest of equal hours
+        worst_start, worst = _first_hour(period) + at * HOUR_S, per_hour[at]
+    if seconds_waiting is not None:
+        waiting_h = seconds_waiting / HOUR_S
+    else:
+        waiting_h = sum(1 for v in s.waiting if math.isfinite(v) and v > 0) * period.step_s / HOUR_S
+    both = [(h, q) for h, q in zip(s.prefix_hits, s.prefix_queries, strict=True) if math.isfinite(h + q)]
+    hits, queries = math.fsum(h for h, _ in both), math.fsum(q for _, q in both)
+    return Pressure(
+        preemptions=total,
+        worst_hour_start=worst_start,
+        worst_hour_preemptions=worst,
+        hours_waiting=waiting_h,
+        prefix_hit_ratio=hits / queries if queries > 0 else None,
+    )
+
+
+def _optional(values: Sequence[float]) -> list[float | None]:
+    return [v if math.isfinite(v) else None for v in values]
+
+
+def hour_of_week(t: float) -> tuple[int, int]:
+    """(weekday with Monday = 0, hour) of Unix time ``t`` in UTC."""
+    day = math.floor(t / DAY_S)
+    return (day + _EPOCH_WEEKDAY) % 7, int((t - day * DAY_S) // HOUR_S)
+
+
+def _timeline(s: _Steps, period: Period) -> Timeline:
+    profile: list[list[float | None]] = [[None] * 24 for _ in range(7)]
+    for i, v in enumerate(s.usage_max):
+        if math.isfinite(v):
+            day, hour = hour_of_week(period.time(i))
+            cell = profile[day][hour]
+            profile[day][hour] = v if cell is None else max(cell, v)
+    return Timeline(
+        step_s=period.step_s,
+        start=period.start,
+        usage_max_ratio=_optional(s.usage_max),
+        demand_tokens=_optional(s.demand),
+        usable_tokens=_optional(s.usable),
+        preemptions_per_hour=_per_hour(s.preemptions, period),
+        hour_of_week_peak_ratio=profile,
+    )
+
+
+def _growth(capacity: Capacity, previous_peak: float | None, period: Period) -> Growth:
+    """Week over week: the peak's change, and the weeks until it meets the usable capacity.
+
+    At the same absolute growth per period (linear, the simplest trend two points give):
+    ``periods = (usable − peak) ÷ (peak − previous)``, in weeks ``periods × period ÷ 604,800 s``.
+    "at capacity" when the peak already met the usable capacity (0 weeks); "not growing" when the
+    change is at most :data:`GROWTH_NOISE_RATIO` (or the week had no demand); "no previous data"
+    without a previous period for the model.
+    """
+    peak, usable = capacity.peak_demand_tokens, capacity.usable_tokens
+    change = (peak - previous_peak) / previous_peak if peak is not None and previous_peak else None
+    if peak is not None and usable is not None and peak >= usable:
+        return Growth(previous_peak, change, 0.0, "at capacity")
+    if previous_peak is None:
+        return Growth(None, None, None, "no previous data")
+    if peak is None or peak <= previous_peak or (change is not None and change <= GROWTH_NOISE_RATIO):
+        return Growth(previous_peak, change, None, "not growing")
+    weeks = None
+    if usable is not None:
+        weeks = (usable - peak) / (peak - previous_peak) * period.seconds / WEEK_S
+    return Growth(previous_peak, change, weeks, "growing")
+
+
+# --- advice -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Advised:
+    """A pod's advice, with what it took to size it (the model's advice reuses them)."""
+
+    advice: Advice
+    peak: float | None
+    #: capacity (vLLM's figure) the suggested setting gives; None: no setting suggested
+    new_capacity: float | None
+    block_size: int | None
+
+
+def _tokens(v: float) -> str:
+    return f"{v:,.0f}"
+
+
+def _percent(r: float) -> str:
+    return f"{r:.0%}"
+
+
+def utilization_text(u: float) -> str:
+    """``--gpu-memory-utilization`` as the sentence shows it: rounded *up* to 0.001, at least two decimals.
+
+    Up, so that setting the printed value gives at least the capacity the effect was computed for.
+    """
+    up = math.ceil(u * 1000 - 1e-6) / 1000
+    text = f"{up:.3f}"
+    return text[:-1] if text.endswith("0") else text
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.1f} GiB"
+
+
+def _served_capacity(raw: policy.Advice, pool: Pool, model: ServedModel | None) -> float | None:
+    """vLLM's capacity at the suggested setting (None: no setting suggested or not computable)."""
+    bs, c0 = pool.block_size, pool.capacity_tokens
+    if raw.suggested_kv_cache_memory_bytes is not None:
+        bpt = model.bytes_per_token if model is not None else None
+        if bpt is None and pool.kv_cache_memory_bytes:
+            bpt = pool.kv_cache_memory_bytes / c0  # as the policy does without model.config
+        if not bpt:
+            return None
+        # whole blocks, as vLLM floors its budget (get_num_blocks in vllm/v1/core/kv_cache_utils.py)
+        return float(math.floor(raw.suggested_kv_cache_memory_bytes / (bs * bpt) + 1e-9) * bs)
+    u0 = pool.gpu_memory_utilization
+    if raw.suggested_gpu_memory_utilization is None or model is None or not u0:
+        return None
+    memory, _basis = policy.gpu_memory_of(model, c0, model.bytes_per_token, u0)  # the M the suggestion used
+    return float(
+        capacity_at_utilization(
+            u=raw.suggested_gpu_memory_utilization[1],
+            u0=u0,
+            capacity_tokens=c0,
+            bytes_per_token=model.bytes_per_token,
+            gpu_memory_bytes=memory,
+            block_size=bs,
+        )
+    )
+
+
+def _setting_text(raw: policy.Advice, pool: Pool) -> str:
+    """The suggested memory setting as a flag (empty when none is suggested)."""
+    if raw.suggested_kv_cache_memory_bytes is not None:
+        return f"--kv-cache-memory-bytes {raw.suggested_kv_cache_memory_bytes}"
+    if raw.suggested_gpu_memory_utilization is not None:
+        return f"--gpu-memory-utilization {utilization_text(raw.suggested_gpu_memory_utilization[1])}"
+    return ""
+
+
+def _change_sentence(raw: policy.Advice, pool: Pool, peak: float, new_usable: float) -> str:
+    """A raise/lower of the memory setting, from what to what, and where the peak would sit."""
+    verb = "Raise" if raw.recommendation.action.startswith("raise_") else "Lower"
+    effect = (
+        f"the week's peak of {_tokens(peak)} tokens would sit at {_percent(peak / new_usable)} of {_tokens(new_usable)}"
+    )
+    kv = raw.suggested_kv_cache_memory_bytes
+    if kv is not None:
+        now = pool.kv_cache_memory_bytes
+        start = f" from {int(now)} ({_gib(now)})" if now else ""
+        return f"{verb} --kv-cache-memory-bytes{start} to {kv} ({_gib(kv)}): {effect}."
+    assert raw.suggested_gpu_memory_utilization is not None
+    u = utilization_text(raw.suggested_gpu_memory_utilization[1])
+    u0 = pool.gpu_memory_utilization
+    start = f" from {u0:.2f}" if u0 else ""
+    return f"{verb} --gpu-memory-utilization{start} to {u}: {effect}."
+
+
+def _sentence(
+    raw: policy.Advice, pool: Pool, peak: float, usable: float, new_capacity: float | None, target: float
+) -> str:
+    """What to do, in one sentence, with its computed effect."""
+    action, reason = raw.recommendation.action, raw.recommendation.reason
+    sat = f"the week's peak of {_tokens(peak)} tokens sat at {_percent(peak / usable)} of {_tokens(usable)} usable"
+    new_usable = new_capacity - pool.block_size if new_capacity is not None else None
+    if action == NO_ACTION:
+        if reason == "within_target":
+            return f"Nothing to change: {sat}, near the {_percent(target)} target."
+        return f"No advice yet: {sat}, but the pod was watched for less than forecast.peak_window."
+    if action in ("add_replicas", "enable_fp8_kv_cache"):
+        return _shortfall_sentence(raw, pool, peak, sat, new_capacity)
+    if action.startswith(("raise_", "lower_")) and action != "lower_max_model_len" and new_usable:
+        return _change_sentence(raw, pool, peak, new_usable)
+    flag = "--" + action.split("_", 1)[1].replace("_", "-")
+    verb = action.split("_", 1)[0].capitalize()
+    why = "above" if action.startswith("raise_") else "below"
+    hint = " (give model.config to size the new value)" if action != "lower_max_model_len" else ""
+    return f"{verb} {flag}{hint}: {sat}, {why} the {_percent(target)} target."
+
+
+def _shortfall_sentence(raw: policy.Advice, pool: Pool, peak: float, sat: str, new_capacity: float | None) -> str:
+    """fp8 KV cache or more replicas: the GPU cannot hold the peak at target even at the upper bound."""
+    setting = _setting_text(raw, pool)
+    at = f" at {setting}" if setting else ""
+    short = raw.capacity_shortfall_tokens
+    lacks = f"; one replica lacks {_tokens(short)} tokens at target even at the upper bound" if short else ""
+    bs = pool.block_size
+    if raw.recommendation.action == "enable_fp8_kv_cache":
+        fp8 = raw.lever_capacity_tokens.get("fp8_kv_cache")
+        if fp8 and fp8 > bs:
+            effect = f"the week's peak of {_tokens(peak)} tokens would sit at {_percent(peak / (fp8 - bs))}"
+            return f"Enable an fp8 KV cache (--kv-cache-dtype fp8){at}: {effect} of {_tokens(fp8 - bs)}{lacks}."
+        return f"Enable an fp8 KV cache (--kv-cache-dtype fp8){at}: {sat}{lacks}."
+    n = raw.suggested_replicas
+    if n and new_capacity and new_capacity > bs:
+        each = new_capacity - bs
+        effect = f"the week's peak of {_tokens(peak)} tokens would sit at {_percent(peak / (n * each))}"
+        return f"Run {n} replicas{at}: {effect} of each replica's {_tokens(each)}{lacks}."
+    return f"Add replicas{at}: {sat}{lacks}."
+
+
+def _no_advice(s: PodSeries | None, capacity: Capacity | None) -> Advice:
+    if s is None or capacity is None:
+        why = "no pod reported"
+    elif capacity.capacity_tokens is None or not (s.block_size and capacity.usable_tokens):
+        why = "vLLM's capacity or block size is unknown (a hybrid model, or no kvcache_server_info)"
+    else:
+        why = "no demand was recorded"
+    return Advice(action="none", reason="insufficient_data", sentence=f"No advice: {why}.")
+
+
+def _watched_s(pod: PodSeries, period: Period) -> float:
+    """How long the pod was seen: from its first to its last step with a usage or capacity sample."""
+    pairs = zip(pod.usage_max, pod.capacity_tokens, strict=True)
+    seen = [i for i, (u, c) in enumerate(pairs) if math.isfinite(u) or math.isfinite(c)]
+    return (seen[-1] - seen[0] + 1) * period.step_s if seen else 0.0
+
+
+def _pod_advice(
+    pod: PodSeries, capacity: Capacity, period: Period, model: ServedModel | None, settings: AdviceSettings
+) -> _Advised:
+    """:func:`~sidecar.forecast.policy.advise` on the pod's peak and last pool; the warm-up gate is the time seen."""
+    peak, c0, bs, usable = capacity.peak_demand_tokens, capacity.capacity_tokens, pod.block_size, capacity.usable_tokens
+    if peak is None or c0 is None or not bs or not usable or usable <= 0:
+        return _Advised(_no_advice(pod, capacity), peak, None, bs)
+    running = _finite(pod.running_max)
+    pool = Pool(
+        capacity_tokens=c0,
+        block_size=bs,
+        kv_cache_memory_bytes=pod.kv_cache_memory_bytes,
+        gpu_memory_utilization=pod.gpu_memory_utilization,
+        max_model_len=None,
+        requests_running=max(running) if running else None,
+    )
+    raw = advise(peak_demand_tokens=peak, watched_s=_watched_s(pod, period), pool=pool, model=model, settings=settings)
+    new_capacity = _served_capacity(raw, pool, model)
+    after = _after_ratio(raw, peak, new_capacity, bs)
+    advice = Advice(
+        action=raw.recommendation.action,
+        reason=raw.recommendation.reason,
+        sentence=_sentence(raw, pool, peak, usable, new_capacity, settings.target_usage),
+        suggested_gpu_memory_utilization=(
+            raw.suggested_gpu_memory_utilization[1] if raw.suggested_gpu_memory_utilization else None
+        ),
+        suggested_kv_cache_memory_bytes=raw.suggested_kv_cache_memory_bytes,
+        capacity_shortfall_tokens=raw.capacity_shortfall_tokens,
+        suggested_replicas=raw.suggested_replicas,
+        levers=dict(raw.lever_capacity_tokens),
+        peak_usage_after_ratio=after,
+    )
+    return _Advised(advice, peak, new_capacity, bs)
+
+
+def _after_ratio(raw: policy.Advice, peak: float, new_capacity: float | None, bs: int) -> float | None:
+    """Where the peak would sit after the change: over the new usable tokens (per replica, for replicas)."""
+    action = raw.recommendation.action
+    if action == NO_ACTION:
+        return None
+    if action == "enable_fp8_kv_cache":
+        new_capacity = raw.lever_capacity_tokens.get("fp8_kv_cache")
+    if new_capacity is None or new_capacity <= bs:
+        return None
+    replicas = raw.suggested_replicas if action == "add_replicas" and raw.suggested_replicas else 1
+    return peak / (replicas * (new_capacity - bs))
+
+
+def _model_advice(advised: Sequence[tuple[PodReport, _Advised]], model_peak: float | None, target: float) -> Advice:
+    """The advice of the pod whose peak demand sits highest on its capacity (ties: the first by name).
+
+    When that pod needs more replicas, they are counted for the whole model:
+    :func:`~sidecar.forecast.sizing.suggested_replicas` of the model's peak (summed over its pods)
+    at the capacity the largest pool gives one replica.
+    """
+    if not advised:
+        return _no_advice(None, None)
+
+    def key(item: tuple[PodReport, _Advised]) -> float:
+        ratio = item[0].capacity.peak_demand_ratio
+        return ratio if ratio is not None else -math.inf
+
+    report, chosen = max(advised, key=key)  # max keeps the first of equal keys: pods are sorted by name
+    advice = chosen.advice
+    bs, c_max = chosen.block_size, chosen.new_capacity
+    if advice.action == "add_replicas" and model_peak is not None and bs and c_max and c_max > bs:
+        n = suggested_replicas(
+            peak_demand_tokens=model_peak, target_usage=target, capacity_per_replica_tokens=c_max, block_size=bs
+        )
+        after = model_peak / (n * (c_max - bs))
+        u, kv = advice.suggested_gpu_memory_utilization, advice.suggested_kv_cache_memory_bytes
+        at = (
+            f"--kv-cache-memory-bytes {kv}"
+            if kv is not None
+            else f"--gpu-memory-utilization {utilization_text(u or 0)}"
+        )
+        sentence = (
+            f"Run {n} replicas (now {len(advised)}) at {at}: the model's peak of {_tokens(model_peak)} "
+            f"tokens would sit at {_percent(after)} of each replica's {_tokens(c_max - bs)}."
+        )
+        return replace(advice, suggested_replicas=n, peak_usage_after_ratio=after, sentence=sentence)
+    if len(advised) > 1:
+        lead = advice.sentence[0].lower() + advice.sentence[1:]
+        return replace(advice, sentence=f"On {report.pod}, the fullest of {len(advised)} pods, {lead}")
+    return advice
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def _pod_report(
+    pod: PodSeries, week: Week, thresholds: Thresholds, served: ServedModel | None, settings: AdviceSettings
+) -> tuple[PodReport, _Advised, _Steps]:
+    period = week.period
+    s = _pod_steps(pod)
+    capacity = _capacity(s)
+    advised = _pod_advice(pod, capacity, period, served, settings)
+    report = PodReport(
+        pod=pod.pod,
+        engine=pod.engine,
+        usage=_usage(s, period, thresholds, pod.usage_quantiles, pod.seconds_above),
+        capacity=capacity,
+        pressure=_pressure(s, period, pod.seconds_waiting),
+        advice=advised.advice,
+        pages=sum(1 for p in week.pages if p.model == pod.model and p.pod == pod.pod),
+        timeline=_timeline(s, period),
+    )
+    return report, advised, s
+
+
+def _by_model(pods: Iterable[PodSeries]) -> dict[ModelKey, list[PodSeries]]:
+    out: dict[ModelKey, list[PodSeries]] = {}
+    for pod in sorted(pods, key=lambda p: (p.model, p.pod, p.engine)):
+        out.setdefault(pod.model, []).append(pod)
+    return out
+
+
+def _previous_peaks(week: Week) -> dict[ModelKey, float | None]:
+    """Each model's peak demand in the period before (the same model-level sum as this period's)."""
+    previous = week.previous
+    if previous is None:
+        return {}
+    n = previous.period.steps
+    return {
+        model: _capacity(_model_steps([_pod_steps(p) for p in pods], n)).peak_demand_tokens
+        for model, pods in _by_model(previous.pods).items()
+    }
+
+
+def needs_action(advice: Advice, usage: Usage, pressure: Pressure, growth: Growth) -> bool:
+    """Any advice but ``none``, time above the watermark, preemptions, or full within a few weeks."""
+    return (
+        advice.action != NO_ACTION
+        or usage.hours_above_watermark > NEEDS_ACTION_HOURS_ABOVE_WATERMARK
+        or pressure.preemptions > NEEDS_ACTION_PREEMPTIONS
+        or (growth.weeks_until_full is not None and growth.weeks_until_full < NEEDS_ACTION_WEEKS_UNTIL_FULL)
+    )
+
+
+def _summary(model: ModelKey, usage: Usage, pressure: Pressure, growth: Growth, advice: Advice) -> str:
+    """One sentence: what the model went through, then what to do."""
+    facts = [f"peak usage {_percent(usage.peak_ratio)}" if usage.peak_ratio is not None else "no usage data"]
+    if usage.hours_above_watermark > 0:
+        facts.append(f"{usage.hours_above_watermark:.1f} h above the watermark")
+    if pressure.preemptions > 0:
+        facts.append(f"{_tokens(pressure.preemptions)} preemptions")
+    if growth.verdict == "at capacity":
+        facts.append("demand at capacity")
+    elif growth.verdict == "growing" and growth.weeks_until_full is not None:
+        facts.append(f"full in {growth.weeks_until_full:.1f} weeks at this growth")
+    todo = advice.sentence[0].lower() + advice.sentence[1:]
+    return f"{model}: {', '.join(facts)}; {todo}"
+
+
+def _urgency(m: ModelReport) -> tuple[bool, float, float, str]:
+    """Sort key: needing action first, then the peak demand's share of capacity, preemptions, the name."""
+    ratio = m.capacity.peak_demand_ratio
+    return (not m.needs_action, -(ratio if ratio is not None else -math.inf), -m.pressure.preemptions, str(m.model))
+
+
+def _model_report(
+    model: ModelKey,
+    pods: Sequence[PodSeries],
+    week: Week,
+    thresholds: Thresholds,
+    served: ServedModel | None,
+    settings: AdviceSettings,
+    previous_peak: float | None,
+) -> ModelReport:
+    period = week.period
+    rows = [_pod_report(p, week, thresholds, served, settings) for p in pods]
+    s = _model_steps([steps for _, _, steps in rows], period.steps)
+    usage = _usage(s, period, thresholds, week.model_usage_quantiles.get(model), week.model_seconds_above.get(model))
+    capacity = _capacity(s)
+    pressure = _pressure(s, period, week.model_seconds_waiting.get(model))
+    growth = _growth(capacity, previous_peak, period)
+    advice = _model_advice([(r, a) for r, a, _ in rows], capacity.peak_demand_tokens, settings.target_usage)
+    pages: list[Page] = sorted(
+        (p for p in week.pages if p.model == model), key=lambda p: (p.start, p.alertname, p.pod, p.end)
+    )
+    return ModelReport(
+        model=model,
+        usage=usage,
+        capacity=capacity,
+        pressure=pressure,
+        growth=growth,
+        advice=advice,
+        pages=pages,
+        pods=[r for r, _, _ in rows],
+        timeline=_timeline(s, period),
+        needs_action=needs_action(advice, usage, pressure, growth),
+        summary=_summary(model, usage, pressure, growth, advice),
+    )
+
+
+def compute(
+    week: Week,
+    *,
+    thresholds: Thresholds,
+    advice: AdviceSettings,
+    served: Mapping[ModelKey, ServedModel] | None = None,
+    generated_at: float,
+) -> Report:
+    """The report of ``week``: every pod and model's figures, models ranked, the summary of those that need action.
+
+    ``served``: what ``model.config`` says of the models it describes (the others get the advice
+    the pool alone allows). Ranking: models that need action (:func:`needs_action`) first, then by
+    peak demand over usable capacity (highest first), preemptions, name.
+    """
+    served = served or {}
+    previous = _previous_peaks(week)
+    models = [
+        _model_report(model, pods, week, thresholds, served.get(model), advice, previous.get(model))
+        for model, pods in _by_model(week.pods).items()
+    ]
+    models.sort(key=_urgency)
+    return Report(
+        period=week.period,
+        source=week.source,
+        generated_at=generated_at,
+        watermark=thresholds.watermark,
+        warning=thresholds.warning,
+        target_usage=thresholds.target_usage,
+        models=models,
+        summary=[m.summary for m in models if m.needs_action],
+        pages_known=week.pages_known,
+    )

@@ -1,0 +1,724 @@
+"""The report's source over the Prometheus HTTP API (and so Thanos, Mimir, VictoriaMetrics).
+
+What: :class:`PrometheusSource` reads one period of the sidecar's series and fills a
+:class:`~sidecar.report.data.Week`. Everything is reduced on the server; what comes back is one
+point per pod and minute, or one number per pod (Prometheus docs, "HTTP API" and "Functions").
+
+How the queries are cut, so that a thousand pods do not hurt Prometheus:
+
+- **Pods** are found with one instant query at the period's end, ``count by (namespace, model_name,
+  pod, instance, target, engine) (last_over_time(kvcache_usage_ratio{SEL}[<period>]))``. A pod is
+  named by its ``pod`` label (Kubernetes), else ``instance``, else the sidecar's ``target``; every
+  later query aggregates ``by (namespace, model_name, <that label>, engine)``, so a pod whose
+  ``instance`` changed at a restart stays one pod.
+- **Batches**: at most ``pods_per_query`` pods per query, selected by a regular expression on that
+  label; **day chunks**: a range query covers at most one day at a 60 s step (1,440 points per
+  series, far below Prometheus' 11,000); at most ``concurrency`` queries run at once.
+- **Steps**: range queries evaluate each step at its *end minus 1 ms* over ``[60s]``, so that the
+  window is the step's ``[start, start + 60 s)`` whether the Prometheus closes range selectors at
+  both ends (2.x) or only at the right (3.x): a sample exactly on a minute belongs to the minute it
+  starts, as in the embedded history. Per step the usage is ``max_over_time`` and ``avg_over_time``,
+  demand and running/waiting requests ``max_over_time``, capacities ``last_over_time``.
+- **Counters** come back as their last raw value in each step (and the step before the period), and
+  their increases are computed here: a rise is the difference, a drop is a restart and the increase
+  is the new value (Prometheus' own reset rule). Not ``increase()``: it extrapolates to the window's
+  edges (fractional preemptions) and, per one-minute window, misses the rise between the previous
+  window's last sample and this one's first, i.e. it undercounts by about a scrape interval in 60 s.
+  Increments made within the step before a reset are lost (a restart's last seconds).
+- **The period's figures**, instant queries at the period's end minus 1 ms over the whole period (so
+  over the samples of ``[start, end)``): the peak is ``max_over_time`` and p50/p95/p99 are
+  ``quantile_over_time`` of the raw samples (a pod with several series, e.g. a new ``instance``
+  after a restart, gets none, and the report takes them from the steps); the seconds above a
+  threshold are ``count_over_time((usage > thr)[<period>:15s]) * 15``: a subquery, since PromQL
+  cannot filter raw samples, whose 15 s instants each see the latest sample, so the result is the
+  time spent above at 15 s resolution whatever the scrape interval. Time waiting for KV is the same
+  count over ``max without (reason) (kvcache_requests_waiting{reason=~"capacity|all"}) > 0``. A
+  series that ends without a staleness marker (backfilled data, a Prometheus restart) keeps its last
+  value for the lookback delta (5 min by default) in these counts.
+- **Per model**, when the recording rules of ``alerts/kvcache.rules.yaml`` are there and the selector
+  names only ``namespace`` and ``model_name``: the same figures over
+  ``namespace_model:kvcache_usage_ratio:max`` (the hottest pod, what the capacity dashboard shows)
+  and ``namespace_model:kvcache_requests_waiting:bool``, used only when the recorded series is
+  present in at least 99% of the minutes the model's pods report (rules deployed mid-week, or a rule
+  group evaluated less often than every minute, fall back to the pods' steps).
+- **Pages**: ``max_over_time(ALERTS{alertname=~"KVCacheAlmostFull|KVCacheFullSoon",
+  alertstate="firing"}[60s])`` per step; consecutive firing steps are one page, from the start of
+  the first to the end of the last (the rules are evaluated at least every minute).
+
+Failures: each is a :class:`ReportSourceError` with one line. Connection errors, timeouts, 429 and
+5xx answers are retried ``retries`` times with exponential backoff (0.5 s, doubling, at most 8 s);
+other 4xx are not (Prometheus' own error text, e.g. a ``bad_data`` parse error, is in the message).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..artifacts.params import Thresholds
+from .data import MAX_POINTS_PER_SERIES, PAGED_ALERTS, ModelKey, Page, Period, PodSeries, Week
+from .selector import Matcher, SelectorError, parse_selector, promql
+
+#: The labels that can identify a pod's series; a pod is named by the first present of POD_NAME_LABELS.
+ID_LABELS = ("namespace", "model_name", "pod", "instance", "target", "engine")
+POD_NAME_LABELS = ("pod", "instance", "target")
+#: Range queries: one chunk is at most a day; steps are evaluated this much before their end.
+CHUNK_S = 86_400.0
+EDGE_S = 0.001
+#: The resolution of the subqueries that count time above a threshold.
+SUBQUERY_S = 15
+#: Answers larger than this are refused (a week of 50 pods is a few MiB).
+MAX_BODY_BYTES = 256 * 1024 * 1024
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 8.0
+#: The share of a model's minutes its recorded series must cover for the per-model figures.
+RULE_COVERAGE = 0.99
+QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+MODEL_USAGE_RULE = "namespace_model:kvcache_usage_ratio:max"
+MODEL_WAITING_RULE = "namespace_model:kvcache_requests_waiting:bool"
+WAITING_REASONS = 'reason=~"capacity|all"'
+
+#: (PodSeries field, metric, per-step reduction, aggregation across the pod's series)
+_STEP_GAUGES: tuple[tuple[str, str, str, str], ...] = (
+    ("usage_max", "kvcache_usage_ratio", "max_over_time", "max"),
+    ("usage_mean", "kvcache_usage_ratio", "avg_over_time", "avg"),
+    ("demand_max", "kvcache_demand_tokens", "max_over_time", "max"),
+    ("capacity_tokens", "kvcache_capacity_tokens", "last_over_time", "max"),
+    ("running_max", "kvcache_requests_running", "max_over_time", "max"),
+)
+_STEP_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("preemptions", "kvcache_preemptions_total"),
+    ("prefix_queries", "kvcache_prefix_cache_queries_tokens_total"),
+    ("prefix_hits", "kvcache_prefix_cache_hits_tokens_total"),
+)
+
+
+class ReportSourceError(Exception):
+    """Prometheus could not be read; the message is one line, ``exit_code`` what the CLI exits with.
+
+    1: unreachable, an HTTP error, a timeout, an answer that is not Prometheus'; 2: bad arguments
+    (the URL, the selector, the token or CA file).
+    """
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(" ".join(message.split()))
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class _Pod:
+    """One pod as found: its key in the Week and the label it is selected by."""
+
+    model: ModelKey
+    name: str
+    engine: str
+    label: str  # "pod", "instance" or "target"
+    series: int  # label sets found for it (more than one: no raw-sample quantiles)
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.model.namespace, self.model.model_name, self.name, self.engine)
+
+    def labels(self) -> dict[str, str]:
+        own = {"namespace": self.model.namespace, "model_name": self.model.model_name, self.label: self.name}
+        own["engine"] = self.engine
+        return {k: v for k, v in own.items() if v}
+
+
+@dataclass
+class _Batch:
+    """Pods selected by one regular expression on one label."""
+
+    label: str
+    pods: list[_Pod]
+    by: str = field(init=False)
+    matchers: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.by = f"namespace, model_name, {self.label}, engine"
+        names = sorted({p.name for p in self.pods})
+        own = [Matcher(self.label, "=~", "|".join(re.escape(n) for n in names)).promql()]
+        # a pod named by its instance has no pod label, one named by its target neither of both
+        own += [f'{label}=""' for label in POD_NAME_LABELS[: POD_NAME_LABELS.index(self.label)]]
+        self.matchers = ", ".join(own)
+
+    def key(self, labels: Mapping[str, str]) -> tuple[str, str, str, str]:
+        return (
+            labels.get("namespace", ""),
+            labels.get("model_name", ""),
+            labels.get(self.label, ""),
+            labels.get("engine", ""),
+        )
+
+
+_Vector = list[tuple[dict[str, str], float]]
+_Matrix = list[tuple[dict[str, str], list[tuple[float, float]]]]
+
+
+class PrometheusSource:
+    """Read one period (and the one before it) from a Prometheus-compatible HTTP API."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        bearer_token_file: str | None = None,
+        ca_file: str | None = None,
+        insecure_skip_verify: bool = False,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float = 30.0,
+        concurrency: int = 4,
+        pods_per_query: int = 50,
+        retries: int = 3,
+        client: httpx.Client | None = None,
+    ) -> None:
+        if not re.match(r"https?://[^/\s]+", url or ""):
+            raise ReportSourceError(f"{url!r} is not an http(s) URL; e.g. http://prometheus:9090", 2)
+        if concurrency < 1 or pods_per_query < 1 or retries < 0 or not timeout_s > 0:
+            raise ReportSourceError("concurrency and pods per query must be >= 1, retries >= 0, the timeout > 0", 2)
+        if ca_file and not Path(ca_file).is_file():
+            raise ReportSourceError(f"CA file {ca_file}: not a readable file", 2)
+        self.url = url.rstrip("/")
+        #: the URL as messages and the report show it: without user:password@
+        self.shown = re.sub(r"//[^/@]*@", "//", self.url)
+        self.bearer_token_file = bearer_token_file
+        self.headers = dict(headers or {})
+        self.timeout_s = timeout_s
+        self.concurrency = concurrency
+        self.pods_per_query = pods_per_query
+        self.retries = retries
+        verify: str | bool = ca_file if ca_file else not insecure_skip_verify
+        self._client = client or httpx.Client(timeout=httpx.Timeout(timeout_s), verify=verify, trust_env=False)
+        self._token: str | None = None
+        self._sleep: Callable[[float], None] = time.sleep
+        #: what the last load() did: queries sent, attempts, Prometheus' warnings
+        self.queries = 0
+        self.attempts = 0
+        self.warnings: list[str] = []
+
+    # --- the HTTP edge -------------------------------------------------------------------------
+
+    def _read_token(self) -> None:
+        """The bearer token, read once per load (a rotated token is picked up by the next report)."""
+        if not self.bearer_token_file:
+            self._token = None
+            return
+        try:
+            token = Path(self.bearer_token_file).read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise ReportSourceError(f"bearer token file {self.bearer_token_file}: {e.strerror or e}", 2) from None
+        except UnicodeDecodeError:
+            raise ReportSourceError(f"bearer token file {self.bearer_token_file}: not UTF-8 text", 2) from None
+        if not token:
+            raise ReportSourceError(f"bearer token file {self.bearer_token_file} is empty", 2)
+        self._token = token
+
+    def _post(self, path: str, form: Mapping[str, str]) -> Any:
+        """POST ``form`` to ``path`` with retries; the ``data`` of Prometheus' answer."""
+        headers = dict(self.headers)
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        self.queries += 1
+        for attempt in range(self.retries + 1):
+            self.attempts += 1
+            try:
+                status, body = self._send(path, form, headers)
+            except _Transient as e:
+                if attempt == self.retries:
+                    raise ReportSourceError(f"{e} (after {attempt + 1} attempts)") from None
+            else:
+                if status == 429 or status >= 500:
+                    if attempt == self.retries:
+                        raise ReportSourceError(
+                            f"{self._http_error(path, status, body)} (after {attempt + 1} attempts)"
+                        )
+                else:
+                    return self._data(path, status, body)
+            self._sleep(min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _send(self, path: str, form: Mapping[str, str], headers: Mapping[str, str]) -> tuple[int, bytes]:
+        try:
+            with self._client.stream("POST", self.url + path, data=dict(form), headers=headers) as response:
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > MAX_BODY_BYTES:
+                        raise ReportSourceError(
+                            f"{self.shown}{path}: the answer is larger than {MAX_BODY_BYTES >> 20} MiB; "
+                            "select fewer pods per query"
+                        )
+                    chunks.append(chunk)
+                return response.status_code, b"".join(chunks)
+        except httpx.TimeoutException:
+            raise _Transient(f"{self.shown}{path}: no answer within {self.timeout_s:g}s") from None
+        except httpx.TransportError as e:
+            raise _Transient(f"cannot reach {self.shown}: {type(e).__name__}: {e}") from None
+
+    def _http_error(self, path: str, status: int, body: bytes) -> str:
+        try:
+            doc = json.loads(body)
+            detail = f"{doc.get('errorType', 'error')}: {doc['error']}"
+        except (ValueError, TypeError, KeyError, AttributeError):
+            detail = body[:200].decode("utf-8", "replace").strip() or "(empty body)"
+        return f"{self.shown}{path}: HTTP {status}: {detail}"
+
+    def _data(self, path: str, status: int, body: bytes) -> Any:
+        if status != 200:
+            raise ReportSourceError(self._http_error(path, status, body))
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            raise ReportSourceError(
+                f"{self.shown}{path}: the answer is not JSON; is this a Prometheus API URL?"
+            ) from None
+        if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
+            raise ReportSourceError(f"{self.shown}{path}: the answer is not Prometheus' API JSON")
+        if doc["status"] == "error":
+            raise ReportSourceError(f"{self.shown}{path}: {doc.get('errorType', 'error')}: {doc.get('error', '')}")
+        self.warnings.extend(str(w) for w in doc.get("warnings") or [])
+        data = doc.get("data")
+        if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+            raise ReportSourceError(f"{self.shown}{path}: the answer has no result list")
+        return data
+
+    def _instant(self, query: str, at: float) -> _Vector:
+        data = self._post("/api/v1/query", {"query": query, "time": _ts(at), "timeout": f"{self.timeout_s:g}s"})
+        if data.get("resultType") != "vector":
+            raise ReportSourceError(f"{self.shown}: expected a vector for {query[:60]!r}, got {data.get('resultType')}")
+        try:
+            return [(dict(r["metric"]), float(r["value"][1])) for r in data["result"]]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise ReportSourceError(f"{self.shown}: malformed vector for {query[:60]!r}") from None
+
+    def _range(self, query: str, start: float, end: float) -> _Matrix:
+        points = int(round((end - start) / 60.0)) + 1
+        assert points <= MAX_POINTS_PER_SERIES, f"{points} points per series exceed Prometheus' limit"
+        form = {"query": query, "start": _ts(start), "end": _ts(end), "step": "60", "timeout": f"{self.timeout_s:g}s"}
+        data = self._post("/api/v1/query_range", form)
+        if data.get("resultType") != "matrix":
+            raise ReportSourceError(f"{self.shown}: expected a matrix for {query[:60]!r}, got {data.get('resultType')}")
+        try:
+            return [(dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
+        except (KeyError, TypeError, ValueError):
+            raise ReportSourceError(f"{self.shown}: malformed matrix for {query[:60]!r}") from None
+
+    # --- one load ------------------------------------------------------------------------------
+
+    def load(
+        self,
+        period: Period,
+        selector: str = "",
+        compare_previous: bool = False,
+        *,
+        thresholds: Thresholds | None = None,
+    ) -> Week:
+        """Every pod the selector matches in ``period`` (and, asked, the period before it).
+
+        ``selector``: a PromQL label-matcher set (``{namespace="prod"}``) or ``""``; ``thresholds``:
+        the warning and watermark the seconds above are counted against (default: the defaults).
+        """
+        try:
+            matchers = parse_selector(selector)
+        except SelectorError as e:
+            raise ReportSourceError(f"selector: {e}", 2) from None
+        if period.step_s != 60.0:
+            raise ReportSourceError(f"the Prometheus source reads 60 s steps, the period asks {period.step_s:g}s", 2)
+        self._read_token()
+        self.queries = self.attempts = 0
+        self.warnings = []
+        th = thresholds or Thresholds()
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="report-prometheus") as pool:
+            reader = _Reader(self, pool, promql(matchers), matchers, th)
+            week = reader.week(period)
+            if compare_previous:
+                previous = reader.week(period.previous())
+                week.previous = previous if previous.pods else None
+        return week
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class _Transient(Exception):
+    """A failure worth retrying (connection, timeout)."""
+
+
+def _ts(t: float) -> str:
+    return f"{t:.3f}"
+
+
+def _duration(seconds: float) -> str:
+    return f"{int(seconds)}s"
+
+
+class _Reader:
+    """The queries of one load, run on the pool."""
+
+    def __init__(
+        self, src: PrometheusSource, pool: ThreadPoolExecutor, sel: str, matchers: tuple[Matcher, ...], th: Thresholds
+    ):
+        self.src, self.pool, self.sel, self.th = src, pool, sel, th
+        self.model_rules = all(m.label in ("namespace", "model_name") for m in matchers)
+
+    def metric(self, name: str, *extra: str) -> str:
+        """``name{<selector>, <extra>}``: the selector merged into every query."""
+        parts = [p for p in (self.sel, *extra) if p]
+        return f"{name}{{{', '.join(parts)}}}"
+
+    def run(self, jobs: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Run ``jobs`` at most ``concurrency`` at a time; the first failure cancels the rest."""
+        futures: list[Future[Any]] = [self.pool.submit(job) for job in jobs]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in futures:
+            if f in done and f.exception() is not None:
+                for other in futures:
+                    other.cancel()
+                raise f.exception()  # type: ignore[misc]
+        return [f.result() for f in futures]
+
+    def week(self, period: Period) -> Week:
+        at = period.end - EDGE_S
+        found = self.src._instant(
+            f"count by ({', '.join(ID_LABELS)}) "
+            f"(last_over_time({self.metric('kvcache_usage_ratio')}[{_duration(period.seconds)}]))",
+            at,
+        )
+        pods = _pods(found)
+        series = {p.key: PodSeries.empty(period, p.model, p.name, p.engine, p.labels()) for p in pods}
+        batches = _batches(pods, self.src.pods_per_query)
+        jobs: list[Callable[[], None]] = []
+        after: list[Callable[[], None]] = []  # what combines the answers, once all are in
+        for batch in batches:
+            jobs += self._step_jobs(batch, period, series, after)
+            jobs += self._figure_jobs(batch, period, series, after)
+        pages: list[Page] = []
+        presence: dict[ModelKey, set[int]] = {}
+        if pods:
+            jobs += self._page_jobs(period, pages, after)
+            if self.model_rules:
+                jobs += self._rule_presence_jobs(period, presence)
+        self.run(jobs)
+        for finish in after:
+            finish()
+        for pod in series.values():
+            if pod.seconds_waiting is None and any(math.isfinite(v) for v in pod.waiting_max):
+                pod.seconds_waiting = 0.0
+        week = Week(
+            period=period,
+            pods=sorted(series.values(), key=lambda p: (p.model, p.pod, p.engine)),
+            pages=sorted(pages, key=lambda p: (p.start, p.alertname, p.model, p.pod, p.end)),
+            source=f"Prometheus {self.src.shown}",
+        )
+        if pods and self.model_rules:
+            self._model_figures(week, presence)
+        return week
+
+    # --- per-step series -----------------------------------------------------------------------
+
+    def _chunks(self, period: Period) -> list[tuple[float, float]]:
+        out = []
+        t = period.start
+        while t < period.end:
+            out.append((t, min(period.end, t + CHUNK_S)))
+            t += CHUNK_S
+        return out
+
+    def _step_jobs(
+        self, b: _Batch, period: Period, series: dict[Any, PodSeries], after: list[Callable[[], None]]
+    ) -> list[Callable[[], None]]:
+        jobs: list[Callable[[], None]] = []
+        window = "[60s]"
+        queries: list[tuple[str, str]] = [
+            (attr, f"{agg} by ({b.by}) ({fn}({self.metric(metric, b.matchers)}{window}))")
+            for attr, metric, fn, agg in _STEP_GAUGES
+        ]
+        waiting = self.metric("kvcache_requests_waiting", WAITING_REASONS, b.matchers)
+        queries.append(("waiting_max", f"max by ({b.by}) (max_over_time({waiting}{window}))"))
+        for cs, ce in self._chunks(period):
+            for attr, q in queries:
+                jobs.append(_job(self._fill_steps, q, b, period, series, attr, cs, ce))
+            theoretical = self.metric("kvcache_theoretical_capacity_tokens", b.matchers)
+            q = f"max by ({b.by}, budget) (last_over_time({theoretical}{window}))"
+            jobs.append(_job(self._fill_theoretical, q, b, period, series, cs, ce))
+        counter_lasts: dict[str, dict[Any, list[float]]] = {}
+        for attr, metric in _STEP_COUNTERS:
+            lasts = counter_lasts.setdefault(attr, {})
+            q = f"max by ({b.by}) (last_over_time({self.metric(metric, b.matchers)}{window}))"
+            for cs, ce in self._chunks(period):
+                jobs.append(_job(self._fill_lasts, q, b, period, lasts, cs, ce))
+        after.append(_job(_increases, counter_lasts, series, period))
+        return jobs
+
+    def _points(self, q: str, period: Period, cs: float, ce: float, before: bool = False) -> _Matrix:
+        """Series of ``q`` over the chunk's steps; with ``before``, also the step before the chunk."""
+        first = cs if before else cs + period.step_s
+        return self.src._range(q, first - EDGE_S, ce - EDGE_S)
+
+    def _fill_steps(
+        self, q: str, b: _Batch, period: Period, series: dict[Any, PodSeries], attr: str, cs: float, ce: float
+    ) -> None:
+        for labels, values in self._points(q, period, cs, ce):
+            pod = series.get(b.key(labels))
+            if pod is not None:
+                _put(getattr(pod, attr), period, values)
+
+    def _fill_theoretical(
+        self, q: str, b: _Batch, period: Period, series: dict[Any, PodSeries], cs: float, ce: float
+    ) -> None:
+        """budget="exact" where it exists, else "estimated"."""
+        result = self._points(q, period, cs, ce)
+        for budget in ("estimated", "exact"):
+            for labels, values in result:
+                pod = series.get(b.key(labels))
+                if pod is not None and labels.get("budget", "estimated") == budget:
+                    _put(pod.theoretical_capacity_tokens, period, values)
+
+    def _fill_lasts(
+        self, q: str, b: _Batch, period: Period, lasts: dict[Any, list[float]], cs: float, ce: float
+    ) -> None:
+        """The counter's last value per step, at index step + 1 (index 0: the step before the period)."""
+        for labels, values in self._points(q, period, cs, ce, before=True):
+            row = lasts.setdefault(b.key(labels), [math.nan] * (period.steps + 1))
+            for t, v in values:
+                i = _step_of(t, period)
+                if -1 <= i < period.steps and math.isfinite(v):
+                    row[i + 1] = v
+
+    # --- the period's figures ------------------------------------------------------------------
+
+    def _figure_jobs(
+        self, b: _Batch, period: Period, series: dict[Any, PodSeries], after: list[Callable[[], None]]
+    ) -> list[Callable[[], None]]:
+        at, rng = period.end - EDGE_S, f"[{_duration(period.seconds)}]"
+        sub = f"[{_duration(period.seconds)}:{SUBQUERY_S}s]"
+        usage = self.metric("kvcache_usage_ratio", b.matchers)
+        waiting = f"max without (reason) ({self.metric('kvcache_requests_waiting', WAITING_REASONS, b.matchers)})"
+        reduced: dict[str, dict[Any, float]] = {}
+
+        def collect(name: str, q: str) -> Callable[[], None]:
+            def job() -> None:
+                reduced[name] = {b.key(labels): v for labels, v in self.src._instant(q, at)}
+
+            return job
+
+        jobs = [collect("max", f"max by ({b.by}) (max_over_time({usage}{rng}))")]
+        jobs += [collect(k, f"max by ({b.by}) (quantile_over_time({phi}, {usage}{rng}))") for k, phi in QUANTILES]
+        for name, thr in (("warning", self.th.warning), ("watermark", self.th.watermark)):
+            jobs.append(collect(name, f"sum by ({b.by}) (count_over_time(({usage} > {thr!r}){sub})) * {SUBQUERY_S}"))
+        jobs.append(collect("waiting", f"sum by ({b.by}) (count_over_time(({waiting} > 0){sub})) * {SUBQUERY_S}"))
+        for metric in ("kvcache_gpu_memory_utilization", "kvcache_theoretical_bytes_per_token"):
+            jobs.append(collect(metric, f"max by ({b.by}) (last_over_time({self.metric(metric, b.matchers)}{rng}))"))
+        info: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for metric, labels in (
+            ("kvcache_server_info", "block_size, kv_cache_memory_bytes"),
+            ("kvcache_model_info", "architecture, attention, kv_dtype, tp, pp"),
+        ):
+            newest = f"max_over_time(timestamp({self.metric(metric, b.matchers)})[{_duration(period.seconds)}:60s])"
+            q = f"max by ({b.by}, {labels}) ({newest})"
+            jobs.append(_job(lambda q=q, metric=metric: info.__setitem__(metric, self.src._instant(q, at))))
+        after.append(_job(_apply_figures, b, series, reduced, info))
+        return jobs
+
+    # --- pages ---------------------------------------------------------------------------------
+
+    def _page_jobs(
+        self, period: Period, pages: list[Page], after: list[Callable[[], None]]
+    ) -> list[Callable[[], None]]:
+        names = "|".join(PAGED_ALERTS)
+        alerts = self.metric("ALERTS", f'alertname=~"{names}"', 'alertstate="firing"')
+        q = f"max by (alertname, severity, {', '.join(ID_LABELS)}) (max_over_time({alerts}[60s]))"
+        firing: dict[tuple[str, ...], set[int]] = {}
+
+        def chunk(cs: float, ce: float) -> None:
+            for labels, values in self._points(q, period, cs, ce):
+                key = (
+                    labels.get("alertname", ""),
+                    labels.get("severity", ""),
+                    labels.get("namespace", ""),
+                    labels.get("model_name", ""),
+                    next((labels[k] for k in POD_NAME_LABELS if labels.get(k)), ""),
+                )
+                steps = firing.setdefault(key, set())
+                steps.update(i for t, v in values if 0 <= (i := _step_of(t, period)) < period.steps and v > 0)
+
+        after.append(lambda: pages.extend(_pages(firing, period)))
+        return [_job(chunk, cs, ce) for cs, ce in self._chunks(period)]
+
+    # --- per-model figures from the recording rules --------------------------------------------
+
+    def _rule_presence_jobs(self, period: Period, presence: dict[ModelKey, set[int]]) -> list[Callable[[], None]]:
+        q = f"max by (namespace, model_name) (count_over_time({self.metric(MODEL_USAGE_RULE)}[60s]))"
+
+        def chunk(cs: float, ce: float) -> None:
+            for labels, values in self._points(q, period, cs, ce):
+                model = ModelKey(labels.get("namespace", ""), labels.get("model_name", ""))
+                presence.setdefault(model, set()).update(_step_of(t, period) for t, v in values if v > 0)
+
+        return [_job(chunk, cs, ce) for cs, ce in self._chunks(period)]
+
+    def _model_figures(self, week: Week, presence: dict[ModelKey, set[int]]) -> None:
+        """Figures over the recorded per-model series, for the models it covers."""
+        covered = _covered_models(week, presence)
+        if not covered:
+            return
+        period = week.period
+        at, rng = period.end - EDGE_S, f"[{_duration(period.seconds)}]"
+        sub = f"[{_duration(period.seconds)}:{SUBQUERY_S}s]"
+        usage, waiting = self.metric(MODEL_USAGE_RULE), self.metric(MODEL_WAITING_RULE)
+        by = "max by (namespace, model_name)"
+        queries = {"max": f"{by} (max_over_time({usage}{rng}))"}
+        queries.update({k: f"{by} (quantile_over_time({phi}, {usage}{rng}))" for k, phi in QUANTILES})
+        for name, thr in (("warning", self.th.warning), ("watermark", self.th.watermark)):
+            queries[name] = f"{by} (count_over_time(({usage} > {thr!r}){sub})) * {SUBQUERY_S}"
+        queries["waiting"] = f"{by} (count_over_time(({waiting} == 1){sub})) * {SUBQUERY_S}"
+        queries["waiting_present"] = f"{by} (count_over_time({waiting}{rng}))"
+        names = list(queries)
+        results = self.run([_job(self.src._instant, queries[n], at) for n in names])
+        got = {
+            n: {ModelKey(lb.get("namespace", ""), lb.get("model_name", "")): v for lb, v in res}
+            for n, res in zip(names, results, strict=True)
+        }
+        for model in covered:
+            if all(model in got[k] for k in ("max", "p50", "p95", "p99")):
+                week.model_usage_quantiles[model] = {k: got[k][model] for k in ("max", "p50", "p95", "p99")}
+                week.model_seconds_above[model] = {k: got[k].get(model, 0.0) for k in ("warning", "watermark")}
+            if model in got["waiting_present"]:
+                week.model_seconds_waiting[model] = got["waiting"].get(model, 0.0)
+
+
+def _job(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    return lambda: fn(*args)
+
+
+def _step_of(t: float, period: Period) -> int:
+    """The step whose end (minus 1 ms) a range query's point ``t`` was evaluated at."""
+    return int(round((t + EDGE_S - period.start) / period.step_s)) - 1
+
+
+def _put(steps: list[float], period: Period, values: Iterable[tuple[float, float]]) -> None:
+    for t, v in values:
+        i = _step_of(t, period)
+        if 0 <= i < period.steps and math.isfinite(v):
+            steps[i] = v
+
+
+def _increases(lasts: dict[str, dict[Any, list[float]]], series: dict[Any, PodSeries], period: Period) -> None:
+    """Per-step increases from the last values; a drop is a reset (the increase is the new value).
+
+    The first value seen after nothing (a pod that starts in the period) adds nothing: there is no
+    earlier value to rise from (as in the embedded history).
+    """
+    for attr, rows in lasts.items():
+        for key, row in rows.items():
+            pod = series.get(key)
+            if pod is None:
+                continue
+            out: list[float] = getattr(pod, attr)
+            prev = row[0]
+            for i in range(period.steps):
+                v = row[i + 1]
+                if not math.isfinite(v):
+                    continue
+                out[i] = 0.0 if not math.isfinite(prev) else (v - prev if v >= prev else v)
+                prev = v
+
+
+def _apply_figures(
+    b: _Batch,
+    series: dict[Any, PodSeries],
+    reduced: dict[str, dict[Any, float]],
+    info: dict[str, list[tuple[dict[str, str], float]]],
+) -> None:
+    for p in b.pods:
+        pod = series[p.key]
+        figures = {k: reduced[k].get(p.key) for k in ("max", "p50", "p95", "p99")}
+        if p.series == 1 and all(v is not None for v in figures.values()):
+            pod.usage_quantiles = {k: float(v) for k, v in figures.items() if v is not None}
+        pod.seconds_above = {k: reduced[k].get(p.key, 0.0) for k in ("warning", "watermark")}
+        if p.key in reduced["waiting"]:
+            pod.seconds_waiting = reduced["waiting"][p.key]
+        pod.gpu_memory_utilization = reduced["kvcache_gpu_memory_utilization"].get(p.key)
+        pod.bytes_per_token = reduced["kvcache_theoretical_bytes_per_token"].get(p.key)
+    for metric, rows in info.items():
+        newest: dict[Any, tuple[float, dict[str, str]]] = {}
+        for labels, t in rows:
+            key = b.key(labels)
+            if key in series and (key not in newest or t > newest[key][0]):
+                newest[key] = (t, labels)
+        for key, (_, labels) in newest.items():
+            pod = series[key]
+            if metric == "kvcache_server_info":
+                pod.block_size = _int(labels.get("block_size"))
+                kv_bytes = _int(labels.get("kv_cache_memory_bytes"))
+                pod.kv_cache_memory_bytes = float(kv_bytes) if kv_bytes else None
+            else:
+                pod.model_info = {k: v for k, v in labels.items() if k not in ID_LABELS and v}
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(float(text)) if text else None
+    except ValueError:
+        return None
+
+
+def _pods(found: _Vector) -> list[_Pod]:
+    """The pods of the discovery query, each named by its first present name label."""
+    counts: dict[tuple[ModelKey, str, str, str], int] = {}
+    for labels, _ in found:
+        label = next((k for k in POD_NAME_LABELS if labels.get(k)), None)
+        if label is None:
+            continue
+        model = ModelKey(labels.get("namespace", ""), labels.get("model_name", ""))
+        key = (model, labels[label], labels.get("engine", ""), label)
+        counts[key] = counts.get(key, 0) + 1
+    return [_Pod(m, name, engine, label, n) for (m, name, engine, label), n in sorted(counts.items())]
+
+
+def _batches(pods: Sequence[_Pod], size: int) -> list[_Batch]:
+    """At most ``size`` pod names per batch, each batch selecting by one label."""
+    out: list[_Batch] = []
+    for label in POD_NAME_LABELS:
+        names = sorted({p.name for p in pods if p.label == label})
+        for i in range(0, len(names), size):
+            chosen = set(names[i : i + size])
+            out.append(_Batch(label, [p for p in pods if p.label == label and p.name in chosen]))
+    return out
+
+
+def _pages(firing: dict[tuple[str, ...], set[int]], period: Period) -> list[Page]:
+    """Runs of consecutive firing steps, one page each: from the start of the first to the end of the last."""
+    out: list[Page] = []
+    for (alertname, severity, namespace, model_name, pod), steps in firing.items():
+        model = ModelKey(namespace, model_name)
+        ordered = sorted(steps)
+        first = 0
+        for k in range(1, len(ordered) + 1):
+            if k == len(ordered) or ordered[k] != ordered[k - 1] + 1:
+                start, end = period.time(ordered[first]), period.time(ordered[k - 1] + 1)
+                out.append(Page(alertname, severity, model, pod, start, end))
+                first = k
+    return out
+
+
+def _covered_models(week: Week, presence: dict[ModelKey, set[int]]) -> list[ModelKey]:
+    """Models whose recorded usage series is present in >= RULE_COVERAGE of the minutes their pods report."""
+    reported: dict[ModelKey, set[int]] = {}
+    for pod in week.pods:
+        reported.setdefault(pod.model, set()).update(i for i, v in enumerate(pod.usage_max) if math.isfinite(v))
+    out = []
+    for model, steps in sorted(reported.items()):
+        if steps and len(steps & presence.get(model, set())) >= RULE_COVERAGE * len(steps):
+            out.append(model)
+    return out

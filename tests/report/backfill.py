@@ -1,0 +1,89 @@
+"""A real Prometheus on backfilled data: ``promtool tsdb create-blocks-from openmetrics``, then the recording
+rules of the generated rules file evaluated over it with ``create-blocks-from rules``, as a Prometheus running
+those rules would have recorded them. Shared by the Prometheus-source tests and the known-week report test."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import yaml
+from processes import Processes, free_port, http_status
+
+from sidecar.artifacts.params import RuleParams, Thresholds
+from sidecar.artifacts.rules import build_rule_groups
+
+
+def run(argv: list[str], cwd: Path, timeout: float = 600) -> None:
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    assert res.returncode == 0, f"{argv[:4]} failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+
+
+def start(procs: Processes, workdir: Path, data: Path, port: int) -> str:
+    (workdir / "prometheus.yaml").write_text("global:\n  scrape_interval: 1m\n", encoding="utf-8")
+    procs.start(
+        "prometheus",
+        [
+            shutil.which("prometheus") or "prometheus",
+            f"--config.file={workdir / 'prometheus.yaml'}",
+            f"--storage.tsdb.path={data}",
+            "--storage.tsdb.retention.time=10y",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while http_status(f"{url}/-/ready") != 200:
+        procs.check_alive()
+        assert time.monotonic() < deadline, procs.logs("prometheus")
+        time.sleep(0.2)
+    return url
+
+
+@contextmanager
+def backfilled_prometheus(
+    work: Path, openmetrics: Path, start_s: float, end_s: float, thresholds: Thresholds | None = None
+) -> Iterator[str]:
+    """The URL of a Prometheus serving ``openmetrics`` and the recording rules over ``[start_s, end_s)``."""
+    if not (shutil.which("prometheus") and shutil.which("promtool")):
+        pytest.skip("needs Debian's prometheus and promtool (make test installs them)")
+    data = work / "data"
+    # One block per week: with promtool's default of 2 h blocks it reads the whole file once per block.
+    run(
+        [
+            "promtool",
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            "--max-block-duration=168h",
+            str(openmetrics),
+            str(data),
+        ],
+        work,
+    )
+    groups = build_rule_groups(thresholds or Thresholds(), RuleParams())["groups"]
+    recording = {"groups": [g for g in groups if g["name"] == "kvcache.rules"]}
+    (work / "recording.yaml").write_text(yaml.safe_dump(recording, sort_keys=False), encoding="utf-8")
+    procs = Processes(work)
+    port = free_port()
+    try:
+        url = start(procs, work, data, port)
+        run(
+            [
+                *("promtool", "tsdb", "create-blocks-from", "rules", "--url", url),
+                *("--start", str(int(start_s)), "--end", str(int(end_s)), "--eval-interval", "60s"),
+                *("--output-dir", str(work / "rules-data"), "recording.yaml"),
+            ],
+            work,
+        )
+        procs.stop("prometheus")
+        for block in (work / "rules-data").iterdir():
+            shutil.move(str(block), data / block.name)
+        yield start(procs, work, data, port)
+    finally:
+        procs.stop()

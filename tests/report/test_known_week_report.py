@@ -1,0 +1,171 @@
+"""The weekly report end to end on a known week: backfilled into a real Prometheus (with the recording rules
+evaluated over it), and the same week from the embedded history; every figure is asserted against the one the
+week's definition gives (``tests/report/known_week.py``), through ``kv-sidecar report``'s JSON.
+
+Resolution: the known week has one sample a minute, so a minute of the embedded history holds one sample and
+the two sources must agree with the definition exactly; the Prometheus source counts time above a threshold
+with a 15 s subquery, exact for values held a minute each (the tolerance below is one minute per page).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from backfill import backfilled_prometheus
+from known_week import PODS, Known, cached_week
+from processes import kv_sidecar
+
+from sidecar.forecast.recommendation import recommend
+
+# Generating the known week (5 pods, 2 weeks, a scrape a minute through the daemon's code) takes
+# minutes on a fresh clone; later runs reuse it (.test-artifacts/known-week/).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
+
+MINUTE_H = 1 / 60
+
+
+@pytest.fixture(scope="module")
+def week() -> Known:
+    return cached_week()
+
+
+@pytest.fixture(scope="module")
+def prometheus(week, tmp_path_factory):
+    work = tmp_path_factory.mktemp("known-week-prometheus")
+    with backfilled_prometheus(work, week.files["om"], week.previous_start - 3600, week.end) as url:
+        yield url
+
+
+def _report(tmp: Path, week: Known, *source: str) -> dict:
+    out = tmp / "out"
+    proc = subprocess.run(
+        [
+            *kv_sidecar(),
+            "report",
+            *source,
+            "--from",
+            str(week.start),
+            "--to",
+            str(week.end),
+            "--compare-previous",
+            "--out",
+            str(out),
+            "--format",
+            "json,md",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (path,) = out.glob("*.json")
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def from_prometheus(prometheus, week, tmp_path_factory) -> dict:
+    return _report(tmp_path_factory.mktemp("report-prometheus"), week, "--prometheus-url", prometheus)
+
+
+@pytest.fixture(scope="module")
+def from_history(week, tmp_path_factory) -> dict:
+    return _report(tmp_path_factory.mktemp("report-history"), week, "--history", str(week.files["history"]))
+
+
+def _models(report: dict, week: Known) -> dict[tuple[str, str], dict]:
+    """The report's models by (namespace, model_name); the history has no namespace: taken from the week."""
+    namespace = {name: ns for ns, name in week.models}
+    return {
+        (m["model"]["namespace"] or namespace[m["model"]["model_name"]], m["model"]["model_name"]): m
+        for m in report["models"]
+    }
+
+
+def _check_figures(got: dict, want, *, pages_tolerance_h: float) -> None:
+    usage, capacity, pressure = got["usage"], got["capacity"], got["pressure"]
+    assert usage["peak_ratio"] == pytest.approx(want.usage.peak, abs=1e-12)
+    for q in ("p50", "p95", "p99"):
+        assert usage[f"{q}_ratio"] == pytest.approx(getattr(want.usage, q), abs=1e-9), q
+    assert usage["hours_above_warning"] == pytest.approx(want.usage.hours_above_warning, abs=pages_tolerance_h)
+    assert usage["hours_above_watermark"] == pytest.approx(want.usage.hours_above_watermark, abs=pages_tolerance_h)
+    assert capacity["capacity_tokens"] == want.capacity_tokens
+    assert capacity["usable_tokens"] == want.usable_tokens
+    assert capacity["theoretical_tokens"] == want.theoretical_capacity_tokens
+    assert capacity["peak_demand_tokens"] == want.peak_demand_tokens
+    assert capacity["idle_ratio"] == pytest.approx(want.idle_share, abs=1e-12)
+    assert pressure["preemptions"] == want.preemptions_total
+    assert pressure["worst_hour_start"] == want.worst_hour_start
+    assert pressure["worst_hour_preemptions"] == want.worst_hour_preemptions
+    assert pressure["hours_waiting"] == pytest.approx(want.hours_waiting, abs=pages_tolerance_h)
+    assert pressure["prefix_hit_ratio"] == pytest.approx(want.prefix_hit_ratio, abs=1e-12)
+
+
+def _check_report(report: dict, week: Known, *, pages_tolerance_h: float) -> None:
+    models = _models(report, week)
+    assert set(models) == set(week.models)
+    for key, want in week.models.items():
+        got = models[key]
+        _check_figures(got, want, pages_tolerance_h=pages_tolerance_h)
+        growth = got["growth"]
+        assert growth["previous_peak_demand_tokens"] == want.previous_peak_demand_tokens
+        if want.growth_ratio - 1 > 0.01:
+            usable, peak, prev = want.usable_tokens, want.peak_demand_tokens, want.previous_peak_demand_tokens
+            assert growth["verdict"] == "growing"
+            assert growth["change_ratio"] == pytest.approx(want.growth_ratio - 1, abs=1e-12)
+            assert growth["weeks_until_full"] == pytest.approx((usable - peak) / (peak - prev), rel=1e-9)
+        else:
+            assert growth["verdict"] == "not growing" and growth["weeks_until_full"] is None
+        pods = {p["pod"]: p for p in got["pods"]}
+        assert set(pods) == {name for name, model in week.pod_models.items() if model == key}
+        for name, pod in pods.items():
+            _check_figures(pod, week.pods[name], pages_tolerance_h=pages_tolerance_h)
+            # the advice: the daemon's recommend() over the known peak and pool gives the same direction
+            want_pod = week.pods[name]
+            (plan,) = [p for p in PODS if p.name == name]
+            expected = recommend(
+                memory_mode=(
+                    "kv_cache_memory_bytes" if plan.model.sim.kv_cache_memory_bytes else "gpu_memory_utilization"
+                ),
+                asleep=False,
+                peak_demand_tokens=want_pod.peak_demand_tokens,
+                capacity_tokens=want_pod.capacity_tokens,
+                block_size=16,
+                target_usage=report["target_usage"],
+            )
+            if expected.action.startswith(("lower_", "none")):
+                assert pod["advice"]["action"] in (expected.action, "lower_max_model_len"), name
+            else:
+                assert pod["advice"]["action"] in (expected.action, "enable_fp8_kv_cache", "add_replicas"), name
+    assert [m["needs_action"] for m in report["models"]] == sorted(
+        (m["needs_action"] for m in report["models"]), reverse=True
+    )
+
+
+def test_the_week_from_prometheus(from_prometheus, week):
+    _check_report(from_prometheus, week, pages_tolerance_h=MINUTE_H * (1 + len(week.pages)))
+    pages = sorted(
+        (p["alertname"], p["model"]["namespace"], p["model"]["model_name"], p["pod"], p["start"], p["end"])
+        for m in from_prometheus["models"]
+        for p in m["pages"]
+    )
+    want = sorted((p.alertname, p.namespace, p.model_name, p.pod, p.start, p.end) for p in week.pages)
+    assert pages == want
+    assert from_prometheus["pages_known"] is True
+
+
+def test_the_same_week_from_the_embedded_history(from_history, week):
+    _check_report(from_history, week, pages_tolerance_h=1e-9)
+    assert from_history["pages_known"] is False
+
+
+def test_both_sources_give_the_same_advice_and_ranking(from_prometheus, from_history, week):
+    history = _models(from_history, week)
+    for key, got in _models(from_prometheus, week).items():
+        assert got["advice"] == history[key]["advice"], key
+        assert got["needs_action"] == history[key]["needs_action"], key
+    assert [m["model"]["model_name"] for m in from_prometheus["models"]] == [
+        m["model"]["model_name"] for m in from_history["models"]
+    ]
