@@ -210,6 +210,8 @@ def read_yaml(path: str) -> dict[str, Any]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError([f"cannot read the file: {e.strerror or e} (check the path)"], path) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError([f"not UTF-8 text (byte {e.start}); save the file as UTF-8"], path) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

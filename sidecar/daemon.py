@@ -220,7 +220,10 @@ class Sidecar:
         except (HistoryError, OSError) as e:
             self._history_failed(e)
         finally:
-            self.history.close()
+            try:
+                self.history.close()  # flushes again: the minutes that could not be written are lost now
+            except (HistoryError, OSError) as e:
+                log.warning("history closed with unwritten minutes: %s", e)
 
     def healthy(self, now_monotonic: float | None = None) -> tuple[bool, str]:
         """True when every target's loop ticked within three intervals."""

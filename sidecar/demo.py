@@ -98,11 +98,17 @@ def run(args: argparse.Namespace) -> int:
     history: dict[str, str] = {}
     report_config = None
     if args.history:
-        Path(args.history).parent.mkdir(parents=True, exist_ok=True)
         history = {"path": args.history}
-        # What `kv-sidecar report --config.file` needs to size its advice: the model section.
-        report_config = Path(args.history).parent / "config.yaml"
-        write_atomically(report_config, dump_yaml({"model": model_section}))
+        # What `kv-sidecar report --config.file` needs to size its advice: the model section, in a file
+        # of the demo's own name beside the history (never a config.yaml someone else wrote).
+        report_config = Path(args.history).with_name(Path(args.history).name + ".report-config.yaml")
+        try:
+            Path(args.history).parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(report_config, dump_yaml({"model": model_section}))
+        except OSError as e:
+            print(f"kv-sidecar demo: --history: cannot write beside {args.history}: {e.strerror or e}", file=sys.stderr)
+            server.stop()
+            return 2
     try:
         config = build_config(
             {

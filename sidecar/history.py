@@ -189,7 +189,10 @@ def _translated(path: Path) -> Iterator[None]:
 
 def _connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
     if read_only:
-        uri = path.resolve().as_uri() + "?mode=ro"
+        # Without a WAL file no connection has the file open (a WAL-mode connection keeps one while
+        # open): "immutable" then reads it without creating -wal/-shm files, so the report needs no
+        # write access to the daemon's folder. With a WAL, a running daemon's -shm lets it read.
+        uri = path.resolve().as_uri() + ("?mode=ro" if _wal_path(path).exists() else "?mode=ro&immutable=1")
         return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
     return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
 
@@ -199,8 +202,11 @@ def _inspect(path: Path) -> bool:
 
     Reads only: the header, then a read-only connection. Raises :class:`HistoryError` for anything else.
     """
-    with path.open("rb") as f:
-        header = f.read(len(_SQLITE_MAGIC))
+    try:
+        with path.open("rb") as f:
+            header = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise HistoryError(f"{path}: cannot read it ({e.strerror or e}); check the path and its permissions") from None
     if not header:
         return False  # a zero-byte file: SQLite's empty database, nothing to lose
     if header != _SQLITE_MAGIC:
@@ -268,6 +274,8 @@ class HistoryStore:
         ``read_only`` (the report) never creates nor writes the file: a missing file raises too.
         """
         path = Path(path)
+        if path.is_dir():
+            raise HistoryError(f"{path}: a directory, not a history file; name a file in it ({path}/history.sqlite)")
         exists = path.exists()
         if read_only and not exists:
             raise HistoryError(f"{path}: no history file there; check the path (the daemon's history.path)")

@@ -19,6 +19,7 @@ Exit codes (one line on stderr for each failure, no traceback, no partial file):
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ from ..units import format_duration, parse_duration
 FORMATS = ("md", "html", "json")
 DEFAULT_SINCE = "7d"
 DEFAULT_OUT = "reports"
+MAX_TIME_S = 2.0**40  # Unix seconds: the year 36812, far past any history
 EXTRA_HINT = "pip install 'kv-cache-sidecar[report]'"  # matplotlib draws the plots
 
 
@@ -78,9 +80,13 @@ class Outcome:
 def parse_time(text: str, flag: str) -> float:
     """``--from``/``--to``: RFC 3339 (``2026-11-23T00:00:00Z``), a date (UTC midnight) or Unix seconds."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not (math.isfinite(seconds) and 0 <= seconds < MAX_TIME_S):
+            raise ReportFailed(f"{flag}: {text!r} is not a time after 1970 and before the year 36812", 2)
+        return seconds
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -93,7 +99,7 @@ def parse_time(text: str, flag: str) -> float:
 
 
 def period_of(options: Options, now: float) -> Any:
-    """The period to report: ``--from``/``--to``, else ``--since`` ending now, on whole minutes."""
+    """The period to report: ``--from``/``--to``, else ``--since`` up to the end of the current minute."""
     from .data import STEP_S, Period
 
     if options.start is not None or options.end is not None:
@@ -106,7 +112,8 @@ def period_of(options: Options, now: float) -> Any:
         return Period(start, end)
     if options.since_s < STEP_S:
         raise ReportFailed(f"--since: at least {format_duration(STEP_S)}", 2)
-    return Period.ending(now, options.since_s)
+    # up to the end of the current minute, so that the minute in progress (all of a short demo) is in
+    return Period.ending(math.ceil(now / STEP_S) * STEP_S, options.since_s)
 
 
 def _settings(options: Options) -> tuple[Any, Any, Any]:
@@ -255,8 +262,8 @@ def _formats(text: str) -> tuple[str, ...]:
 
 def _header(text: str) -> tuple[str, str]:
     name, sep, value = text.partition(":")
-    if not sep or not name.strip() or any(c in text for c in "\r\n"):
-        raise argparse.ArgumentTypeError(f"{text!r}: write 'Name: value' (e.g. 'X-Scope-OrgID: tenant-1')")
+    if not sep or not name.strip() or not text.isascii() or any(c in text for c in "\r\n"):
+        raise argparse.ArgumentTypeError(f"{text!r}: write 'Name: value' in ASCII (e.g. 'X-Scope-OrgID: tenant-1')")
     return name.strip(), value.strip()
 
 

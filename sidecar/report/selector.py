@@ -44,6 +44,10 @@ def parse_selector(text: str) -> tuple[Matcher, ...]:
     body = text.strip()
     if not body:
         return ()
+    try:
+        body.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SelectorError(f"{text!r} is not UTF-8 text; label values are UTF-8") from None
     if not (body.startswith("{") and body.endswith("}")):
         raise SelectorError(f"{text!r} is not a label-matcher set; write it as '{{namespace=\"prod\"}}'")
     body = body[1:-1].strip()

@@ -118,3 +118,23 @@ def test_missing_and_foreign_files_are_refused_untouched(tmp_path):
     with pytest.raises(HistoryError):
         HistorySource(foreign).load(Period(T0, T0 + 60))
     assert foreign.read_bytes() == b"hello\n" * 1000
+
+
+def test_read_while_the_daemon_writes_and_after_it_stopped(tmp_path):
+    path = tmp_path / "h.sqlite"
+    writer = HistoryStore.open(path, now=T0)
+    writer.record(T0, [("kvcache_usage_ratio", OWN, 0.5, "gauge")])
+    writer.record(T0 + 60, [("kvcache_usage_ratio", OWN, 0.6, "gauge")])  # the first minute is written
+    (pod,) = HistorySource(path).load(Period(T0, T0 + 120)).pods  # the writer is still open (WAL)
+    assert pod.usage_max[0] == 0.5 and math.isnan(pod.usage_max[1])
+    writer.close()
+    assert not path.with_name("h.sqlite-wal").exists()
+    (pod,) = HistorySource(path).load(Period(T0, T0 + 120)).pods
+    assert pod.usage_max == [0.5, 0.6]
+    # no writer: read as immutable, nothing created beside the file (the daemon's folder may not be ours)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.sqlite"]
+
+
+def test_a_directory_is_refused_with_a_message(tmp_path):
+    with pytest.raises(HistoryError, match="a directory"):
+        HistorySource(tmp_path).load(Period(T0, T0 + 60))
