@@ -8,11 +8,14 @@
   on vLLM: as a native sidecar its readiness gates the whole pod);
   ``/healthz`` = every target's scrape loop ticked within three intervals.
 * The embedded history (``history.path``; :mod:`sidecar.history`): after every scrape, the
-  target's exported series are recorded at the sidecar's wall time, from here and nowhere else
-  (the derivations stay pure); pruned every :data:`HISTORY_PRUNE_S`, flushed and closed on
-  shutdown. A file that cannot be used stops the start before anything is served; a write that
-  fails later is counted (``kvcache_sidecar_history_write_errors_total``), logged once per run of
-  failures, and never stops the scrapes.
+  target's exported series are taken at the sidecar's wall time, from here and nowhere else (the
+  derivations stay pure), and handed to one writer thread (:class:`HistoryWriter`), so a file that
+  another process holds locked never delays a scrape or ``/metrics``; pruned every
+  :data:`HISTORY_PRUNE_S`, drained, flushed and closed on shutdown. A file that cannot be used
+  stops the start before anything is served; a write that fails later (or a record dropped because
+  the writer is :data:`MAX_HISTORY_BACKLOG` records behind) is counted
+  (``kvcache_sidecar_history_write_errors_total``), logged once per run of failures, and never
+  stops the scrapes.
 * SIGTERM/SIGINT stop everything within about a second.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import signal
 import socket
 import threading
@@ -50,6 +54,12 @@ log = logging.getLogger("kv_sidecar.daemon")
 MAX_ENGINES_PER_TARGET = 256
 #: How often the history drops the minutes past its retention (and re-checks its size cap).
 HISTORY_PRUNE_S = 600.0
+#: Scrapes' records the history writer may have queued: a write waits at most the store's busy
+#: timeout (one second) for a lock, and only one write a minute touches the file, so a full queue
+#: means the file is unusable; the records past it are dropped and counted, memory stays bounded.
+MAX_HISTORY_BACKLOG = 64
+#: How long shutdown waits for the writer to drain its queue before flushing what it has.
+HISTORY_DRAIN_S = 5.0
 
 
 def open_history(config: Config, now: float | None = None) -> HistoryStore | None:
@@ -58,6 +68,41 @@ def open_history(config: Config, now: float | None = None) -> HistoryStore | Non
     if h.path is None:
         return None
     return HistoryStore.open(h.path, retention_s=h.retention_s, max_bytes=h.max_bytes, now=now)
+
+
+class HistoryWriter:
+    """One thread that applies the scrapes' records to the history, in order, off the event loop.
+
+    ``submit`` never blocks: when :data:`MAX_HISTORY_BACKLOG` records are waiting it returns False
+    and the caller counts the record as lost. ``close`` lets the queue drain (at most
+    :data:`HISTORY_DRAIN_S`) and stops the thread.
+    """
+
+    def __init__(self, write: Callable[[float, list[Sample]], None]):
+        self._write = write
+        self._queue: queue.Queue[tuple[float, list[Sample]] | None] = queue.Queue(MAX_HISTORY_BACKLOG)
+        self._thread = threading.Thread(target=self._run, name="history-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, ts: float, samples: list[Sample]) -> bool:
+        try:
+            self._queue.put_nowait((ts, samples))
+        except queue.Full:
+            return False
+        return True
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            self._write(*item)
+
+    def close(self) -> None:
+        """Let the queue drain (at most :data:`HISTORY_DRAIN_S`) and stop the thread."""
+        try:
+            self._queue.put(None, timeout=HISTORY_DRAIN_S)
+        except queue.Full:
+            log.warning("history writer still %d records behind at shutdown", self._queue.qsize())
+            return
+        self._thread.join(HISTORY_DRAIN_S)
 
 
 class Sidecar:
@@ -81,6 +126,8 @@ class Sidecar:
         self.history = history
         self.history_errors = 0
         self._history_failing = False
+        self._history_lock = threading.Lock()  # the writer, the prune job and shutdown count errors
+        self._history_writer = HistoryWriter(self._write_history) if history is not None else None
         self.registry.register(
             SidecarCollector(
                 self.states,
@@ -102,7 +149,7 @@ class Sidecar:
         try:
             await self._scrape(state)
         finally:
-            self.record_history(state)
+            self.queue_history(state)
 
     async def _scrape(self, state: TargetState) -> None:
         target = state.target
@@ -176,18 +223,30 @@ class Sidecar:
             extenders=self.extenders,
         )
 
-    def record_history(self, state: TargetState) -> None:
-        """Append what ``/metrics`` shows of this target now to the history (when one is configured)."""
-        if self.history is None:
+    def queue_history(self, state: TargetState) -> None:
+        """Take what ``/metrics`` shows of this target now and hand it to the history's writer thread."""
+        if self._history_writer is None:
             return
+        if not self._history_writer.submit(self.clock(), self._target_samples(state)):
+            self._history_failed(HistoryError(f"the writer is {MAX_HISTORY_BACKLOG} records behind; one dropped"))
+
+    def record_history(self, state: TargetState) -> None:
+        """Append what ``/metrics`` shows of this target now to the history, in this thread (replays and
+        benchmarks at simulated time; the daemon queues with :meth:`queue_history`)."""
+        if self.history is not None:
+            self._write_history(self.clock(), self._target_samples(state))
+
+    def _write_history(self, ts: float, samples: list[Sample]) -> None:
+        assert self.history is not None
         try:
-            self.history.record(self.clock(), self._target_samples(state))
+            self.history.record(ts, samples)
         except (HistoryError, OSError) as e:
             self._history_failed(e)
         else:
-            if self._history_failing:
+            with self._history_lock:
+                recovered, self._history_failing = self._history_failing, False
+            if recovered:
                 log.info("history writes recovered path=%s", self.history.path)
-                self._history_failing = False
 
     def _target_samples(self, state: TargetState) -> list[Sample]:
         """The target's exported samples as (name, labels, value, kind); info series are gauges of 1."""
@@ -208,13 +267,18 @@ class Sidecar:
             self._history_failed(e)
 
     def _history_failed(self, e: Exception) -> None:
-        self.history_errors += 1
-        (log.debug if self._history_failing else log.warning)("history write failed: %s", e)
-        self._history_failing = True
+        with self._history_lock:
+            self.history_errors += 1
+            news = not self._history_failing
+            self._history_failing = True
+        (log.warning if news else log.debug)("history write failed: %s", e)
 
     def close_history(self) -> None:
+        """Drain the writer, then flush and close the file (never raises: a failure is counted and logged)."""
         if self.history is None:
             return
+        if self._history_writer is not None:
+            self._history_writer.close()
         try:
             self.history.flush()
         except (HistoryError, OSError) as e:

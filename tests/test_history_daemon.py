@@ -7,6 +7,7 @@ import asyncio
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.config import build_config
-from sidecar.daemon import Sidecar, open_history
+from sidecar.daemon import MAX_HISTORY_BACKLOG, HistoryWriter, Sidecar, open_history
 from sidecar.history import HistoryStore
 from sidecar.simulator import SimConfig, Simulator
 from sidecar.simulator.server import SimServer
@@ -96,6 +97,9 @@ def test_failed_writes_are_counted_and_the_scrapes_go_on(tmp_path):
         other.execute("BEGIN EXCLUSIVE")  # another process holds the file
         clock[0] += 60
         asyncio.run(sidecar.scrape_once(state))  # the first minute cannot be written
+        deadline = time.monotonic() + 10
+        while sidecar.history_errors == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the writer thread waits one second for the lock, then gives up
         assert sidecar.history_errors == 1
         page = _exported(sidecar)
         assert page[("kvcache_sidecar_history_write_errors_total", ())] == 1
@@ -199,3 +203,33 @@ def test_a_failed_last_flush_still_closes_cleanly(tmp_path):
     finally:
         other.close()
     assert sidecar.history_errors == 1
+
+
+def test_a_locked_history_never_delays_a_scrape(tmp_path):
+    """The write waits for the lock in the writer thread: the scrape has returned before it fails."""
+    config = build_config({"targets": ["http://127.0.0.1:9/metrics"], "history": {"path": str(tmp_path / "h")}})
+    clock = [1_800_000_000.0]
+    sidecar = Sidecar(config, clock=lambda: clock[0], history=open_history(config, now=clock[0]))
+    sidecar.record_history(sidecar.states[0])  # a minute in the buffer: the next minute's record writes it
+    other = sqlite3.connect(tmp_path / "h", timeout=0)
+    try:
+        other.execute("BEGIN EXCLUSIVE")
+        clock[0] += 60
+        asyncio.run(sidecar.scrape_once(sidecar.states[0]))  # refused at once; its record is queued
+        assert sidecar.history_errors == 0  # the writer is still waiting for the lock (one second)
+        sidecar.close_history()  # drains the writer: its write failed on the lock, and was counted
+        assert sidecar.history_errors >= 1
+    finally:
+        other.close()
+    asyncio.run(sidecar.aclose())
+
+
+def test_a_writer_that_falls_behind_drops_records_and_says_so():
+    release = threading.Event()
+    written = []
+    writer = HistoryWriter(lambda ts, samples: (release.wait(10), written.append(ts)))
+    accepted = [writer.submit(float(i), []) for i in range(MAX_HISTORY_BACKLOG + 2)]
+    assert not all(accepted) and accepted[0]  # bounded: the records past the backlog are refused
+    release.set()
+    writer.close()
+    assert written == [float(i) for i, ok in enumerate(accepted) if ok]  # in order, none lost once queued

@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 from ..units import format_duration, parse_duration
+from .reporter import DEFAULT_SCHEDULE
 
 FORMATS = ("md", "html", "json")
 DEFAULT_SINCE = "7d"
@@ -66,6 +68,7 @@ class Options:
     timeout_s: float = 30.0
     concurrency: int = 4
     pods_per_query: int = 50
+    report_url: str | None = None  # where --out is published: the summary links there
 
 
 @dataclass(frozen=True)
@@ -188,9 +191,12 @@ def load_week(options: Options, period: Any, thresholds: Any) -> Any:
             concurrency=options.concurrency,
             pods_per_query=options.pods_per_query,
         )
-        return source.load(period, options.selector, options.compare_previous, thresholds=thresholds)
+        try:
+            return source.load(period, matchers, options.compare_previous, thresholds=thresholds)
+        finally:
+            source.close()
     except ReportSourceError as e:
-        raise ReportFailed(f"--prometheus-url: {e}", getattr(e, "exit_code", 1)) from None
+        raise ReportFailed(f"--prometheus-url: {e}", e.exit_code) from None
 
 
 def produce(options: Options, now: float | None = None) -> Outcome:
@@ -223,18 +229,23 @@ def produce(options: Options, now: float | None = None) -> Outcome:
         raise ReportFailed(f"--out: {e}", 1) from None
     except ImportError as e:  # matplotlib, for the plots; nothing was written
         raise ReportFailed(f"the report's plots need {e.name}: {EXTRA_HINT}", 1) from None
-    return Outcome(report, paths, summary_text(report, paths))
+    return Outcome(report, paths, summary_text(report, paths, options.report_url))
 
 
-def summary_text(report: Any, paths: Sequence[Path]) -> str:
-    """The few lines a chat message carries: the period, the models that need action, the files."""
+def summary_text(report: Any, paths: Sequence[Path], report_url: str | None = None) -> str:
+    """The few lines a chat message carries: the period, the models that need action, the files (their
+    URLs under ``report_url`` when the output folder is published there, else their local paths)."""
     head = f"KV-cache report {_iso(report.period.start)} to {_iso(report.period.end)} ({report.source})"
     lines = [head]
     if report.summary:
         lines += [f"{i}. {sentence}" for i, sentence in enumerate(report.summary, 1)]
     else:
         lines.append("Nothing to change this week.")
-    lines += [f"Report: {p}" for p in paths if p.suffix in (".html", ".md")]
+    pages = [p for p in paths if p.suffix in (".html", ".md")]
+    if report_url:
+        lines += [f"Report: {report_url.rstrip('/')}/{quote(p.name)}" for p in pages]
+    else:
+        lines += [f"Report: {p}" for p in pages]
     return "\n".join(lines)
 
 
@@ -258,6 +269,13 @@ def _formats(text: str) -> tuple[str, ...]:
     if bad or not wanted:
         raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of {', '.join(FORMATS)}")
     return wanted
+
+
+def _url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname or not text.isascii() or " " in text:
+        raise argparse.ArgumentTypeError(f"{text!r}: an http(s) URL, e.g. https://reports.example.com/kvcache")
+    return text
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -320,6 +338,12 @@ def add_report_flags(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="the sidecar's configuration: thresholds, forecast bounds, model (for the advice)",
     )
+    p.add_argument(
+        "--report-url",
+        type=_url,
+        metavar="URL",
+        help="the URL the --out folder is published at: the summary links to the report there, not to local paths",
+    )
     prom = p.add_argument_group("Prometheus API")
     prom.add_argument("--bearer-token-file", metavar="FILE", help="send 'Authorization: Bearer <the file>'")
     prom.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify the server's certificate")
@@ -365,6 +389,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         timeout_s=args.timeout,
         concurrency=args.concurrency,
         pods_per_query=args.pods_per_query,
+        report_url=args.report_url,
     )
 
 
@@ -381,22 +406,33 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-DEFAULT_SCHEDULE = "0 6 * * mon"  # Mondays 06:00: last week's report on the desk before the week starts
+#: Run times a dry run prints.
+DRY_RUN_TIMES = 5
 
 
 def cmd_reporter(args: argparse.Namespace) -> int:
     """Run :func:`produce` on a cron schedule until SIGTERM/SIGINT; a failed run is logged, never fatal."""
     from ..logs import setup_logging
-    from .reporter import run_reporter
+    from .reporter import next_run_times, run_reporter
 
     try:
         options = options_from_args(args)
         _settings(options)  # a bad --config.file stops the start, not the first Monday
         if args.webhook_url_file and not Path(args.webhook_url_file).is_file():
             raise ReportFailed(f"--webhook-url-file: {args.webhook_url_file!r} is not a readable file", 2)
+        if args.dry_run:
+            runs = next_run_times(args.schedule, args.timezone, datetime.now(UTC), DRY_RUN_TIMES)
     except ReportFailed as e:
         print(f"kv-sidecar reporter: {e}", file=sys.stderr)
         return e.code
+    except ValueError as e:  # a schedule or time zone APScheduler cannot read
+        print(f"kv-sidecar reporter: {e}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        source = options.prometheus_url or options.history
+        print(f"would write {', '.join(options.formats)} reports from {source} into {options.out} at:")
+        print("\n".join(f"  {t.isoformat()}" for t in runs))
+        return 0
     setup_logging(args.log_level, "logfmt")
     try:
         run_reporter(
@@ -443,6 +479,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="post the summary to the Slack-compatible webhook whose URL this file holds",
     )
     r.add_argument("--run-now", action="store_true", help="also write one report at start-up")
+    r.add_argument(
+        "--dry-run",
+        action="store_true",
+        help=f"check the flags, print the next {DRY_RUN_TIMES} run times and exit",
+    )
     r.add_argument("--log.level", dest="log_level", default="info", choices=("debug", "info", "warning", "error"))
     r.set_defaults(func=cmd_reporter)
     return p

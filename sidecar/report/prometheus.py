@@ -318,20 +318,24 @@ class PrometheusSource:
     def load(
         self,
         period: Period,
-        selector: str = "",
+        selector: str | tuple[Matcher, ...] = "",
         compare_previous: bool = False,
         *,
         thresholds: Thresholds | None = None,
     ) -> Week:
         """Every pod the selector matches in ``period`` (and, asked, the period before it).
 
-        ``selector``: a PromQL label-matcher set (``{namespace="prod"}``) or ``""``; ``thresholds``:
-        the warning and watermark the seconds above are counted against (default: the defaults).
+        ``selector``: a PromQL label-matcher set (``{namespace="prod"}``), ``""``, or matchers already
+        parsed by :func:`~sidecar.report.selector.parse_selector`; ``thresholds``: the warning and
+        watermark the seconds above are counted against (default: the defaults).
         """
-        try:
-            matchers = parse_selector(selector)
-        except SelectorError as e:
-            raise ReportSourceError(f"selector: {e}", 2) from None
+        if isinstance(selector, str):
+            try:
+                matchers = parse_selector(selector)
+            except SelectorError as e:
+                raise ReportSourceError(f"selector: {e}", 2) from None
+        else:
+            matchers = selector
         if period.step_s != 60.0:
             raise ReportSourceError(f"the Prometheus source reads 60 s steps, the period asks {period.step_s:g}s", 2)
         self._read_token()

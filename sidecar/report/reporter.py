@@ -38,7 +38,7 @@ from .deliver import DeliveryError, post_summary
 
 log = logging.getLogger("kv_sidecar.report")
 
-DEFAULT_SCHEDULE = "0 6 * * mon"
+DEFAULT_SCHEDULE = "0 6 * * mon"  # Mondays 06:00: last week's report on the desk before the week starts
 #: A run this late (the machine slept, the process was busy) still happens.
 MISFIRE_GRACE_S = 3600
 JOB_ID = "report"

@@ -16,8 +16,9 @@ Everything listens on 127.0.0.1 on free ports, logs into the stack's directory a
 when the ``running_stack`` context exits, also when a test fails. ``running_stack(..., pods=...)``
 starts only some of the pods (a smaller, faster stack for tests that need little data).
 ``wait_for_signals`` blocks (bounded) until the stack shows what the dashboards draw: a firing
-``KVCacheAlmostFull``, the restarts, the configuration change, preemptions, the advice gauges and
-several evaluations of the recording rules (or, given ``signals``, only those).
+``KVCacheAlmostFull`` and a firing critical alert, the restarts, the configuration change,
+preemptions, the advice gauges and several evaluations of the recording rules (or, given
+``signals``, only those).
 """
 
 from __future__ import annotations
@@ -279,6 +280,13 @@ def _signals(stack: Stack) -> list[Signal]:
             # for 5 evaluations: a range query's steps must not all fall before the alert fired
             "KVCacheAlmostFull firing for 5 s",
             'count_over_time(ALERTS{alertname="KVCacheAlmostFull", alertstate="firing"}[1m]) >= 5',
+            saturated,
+        ),
+        (
+            # the "Firing alerts" panel shows the critical alerts first: one must have fired (on a slow
+            # machine the warning alone can fire before the other signals are there)
+            "a critical alert firing for 5 s",
+            'count_over_time(ALERTS{alertname=~"KVCache.*", alertstate="firing", severity="critical"}[1m]) >= 5',
             saturated,
         ),
         ("preemptions", "increase(kvcache_preemptions_total[10m]) > 0", saturated),

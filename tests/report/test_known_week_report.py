@@ -2,6 +2,10 @@
 evaluated over it), and the same week from the embedded history; every figure is asserted against the one the
 week's definition gives (``tests/report/known_week.py``), through ``kv-sidecar report``'s JSON.
 
+The picture in docs/report.md is this week's HTML report from Prometheus, as headless Chromium shows it::
+
+    .venv/bin/python tests/report/test_known_week_report.py --screenshot docs/images/kvcache-report.png
+
 Resolution: the known week has one sample a minute, so a minute of the embedded history holds one sample and
 the two sources must agree with the definition exactly; the Prometheus source counts time above a threshold
 with a 15 s subquery, exact for values held a minute each (the tolerance below is one minute per page).
@@ -11,6 +15,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -39,7 +45,7 @@ def prometheus(week, tmp_path_factory):
         yield url
 
 
-def _report(tmp: Path, week: Known, *source: str) -> dict:
+def _report(tmp: Path, week: Known, *source: str, formats: str = "json,md") -> dict:
     out = tmp / "out"
     proc = subprocess.run(
         [
@@ -54,7 +60,7 @@ def _report(tmp: Path, week: Known, *source: str) -> dict:
             "--out",
             str(out),
             "--format",
-            "json,md",
+            formats,
         ],
         capture_output=True,
         text=True,
@@ -169,3 +175,29 @@ def test_both_sources_give_the_same_advice_and_ranking(from_prometheus, from_his
     assert [m["model"]["model_name"] for m in from_prometheus["models"]] == [
         m["model"]["model_name"] for m in from_history["models"]
     ]
+
+
+def main(argv: list[str]) -> int:
+    """``--screenshot PATH [HEIGHT]``: the docs' picture of the known week's HTML report from Prometheus."""
+    from test_render import screenshot
+
+    if len(argv) < 2 or argv[0] != "--screenshot":
+        print(
+            "usage: python tests/report/test_known_week_report.py --screenshot docs/images/kvcache-report.png [height]"
+        )
+        return 2
+    target, height = Path(argv[1]), int(argv[2]) if len(argv) > 2 else 2400
+    week = cached_week()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "prometheus").mkdir()
+        with backfilled_prometheus(work / "prometheus", week.files["om"], week.previous_start - 3600, week.end) as url:
+            _report(work, week, "--prometheus-url", url, formats="json,html")
+        (page,) = (work / "out").glob("*.html")
+        screenshot(page, target, height)
+    print(f"wrote {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -6,9 +6,10 @@ Chromium (Debian's ``chromium``; ``scripts/install-chromium.sh``): every image m
 non-trivial size, nothing may stick out of a 1280 px window, and the screenshot must show a page,
 not a blank one. Without Chromium that test skips loudly, and fails under ``CI=true``.
 
-The screenshot in the docs is this test's page::
+A screenshot of this test's page (the picture in the docs is a real report's, of the known week:
+``tests/report/test_known_week_report.py --screenshot``)::
 
-    .venv/bin/python tests/report/test_render.py --screenshot docs/images/kvcache-report.png
+    .venv/bin/python tests/report/test_render.py --screenshot /tmp/kvcache-report.png
 """
 
 from __future__ import annotations
@@ -559,7 +560,7 @@ def test_in_chromium_every_plot_loads_and_nothing_overflows_1280_px(written, tmp
 
 
 def main(argv: list[str]) -> int:
-    """``--screenshot PATH [HEIGHT]``: the docs' picture of the HTML report of :func:`week_report`."""
+    """``--screenshot PATH [HEIGHT]``: a picture of the HTML report of :func:`week_report`."""
     if len(argv) < 2 or argv[0] != "--screenshot":
         print("usage: python tests/report/test_render.py --screenshot docs/images/kvcache-report.png [height]")
         return 2
