@@ -10,7 +10,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test lint generate venv tools vllm bench bench-real-ramp clean
+.PHONY: run test lint generate venv tools vllm image bench bench-real-ramp clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,12 @@ run: venv
 tools:
 	bash scripts/install-prometheus-tools.sh
 	bash scripts/install-chromium.sh
+	bash scripts/install-container-tools.sh
+
+# The container image ghcr.io/kv-cache-sidecar/kv-cache-sidecar:<version> with podman, on a base made from
+# Debian packages (no container registry needed); BASE_IMAGE=docker.io/library/python:3.12-slim-bookworm uses that one.
+image:
+	bash scripts/build-image.sh $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
 
 vllm:
 	bash scripts/install-vllm.sh

@@ -11,12 +11,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
+import signal
 import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .config import Config, ConfigError, load_config, print_config_errors
 from .logs import setup_logging
-from .settings import DEFAULT_TARGET, SETTINGS, TARGETS_ENV, TARGETS_FLAG, add_flag
+from .parsers import Duration
+from .settings import (
+    DEFAULT_AUTO_RELOAD_INTERVAL,
+    DEFAULT_TARGET,
+    FILE_FLAGS,
+    SETTINGS,
+    TARGETS_ENV,
+    TARGETS_FLAG,
+    add_flag,
+)
+
+if TYPE_CHECKING:
+    from .webconfig import WebConfig
 
 #: flag dest -> (config section, key), for every setting the settings table gives a flag
 RUN_FLAGS: dict[str, tuple[str, str]] = {s.dest: (s.section, s.key) for s in SETTINGS if s.run_flag}
@@ -38,12 +54,8 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     Generated from the settings table: one flag per setting that has one, its help ending with the
     table's default.
     """
-    p.add_argument(
-        "--config.file",
-        dest="config_file",
-        metavar="FILE",
-        help="YAML configuration (example: deploy/examples/sidecar.yaml)",
-    )
+    for f in FILE_FLAGS:
+        p.add_argument(f.flag, dest=f.dest, metavar=f.metavar, help=f.help)
     p.add_argument(
         TARGETS_FLAG,
         action="append",
@@ -55,46 +67,105 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
             add_flag(p, s, s.default_text())
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    """The configuration ``kv-sidecar run`` was given: file, environment and its flags."""
+def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Config:
+    """The configuration ``kv-sidecar run`` was given: file, environment (``env``, default: this process's)
+    and its flags."""
     flags = {RUN_FLAGS[dest]: getattr(args, dest) for dest in RUN_FLAGS if getattr(args, dest, None) is not None}
-    return load_config(getattr(args, "config_file", None), flags=flags, flag_targets=getattr(args, "target", None))
+    return load_config(
+        getattr(args, "config_file", None), env=env, flags=flags, flag_targets=getattr(args, "target", None)
+    )
+
+
+def _ignore_sighup() -> None:
+    """SIGHUP asks for a reload: never let it stop the process, before the daemon handles it or after."""
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    except ValueError:  # not the main thread (tests calling main())
+        pass
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    _ignore_sighup()
+    from .webconfig import load_web_config  # deferred: TLS and bcrypt are needed only here
+
+    env = dict(os.environ)  # a reload reads the file again with the environment and flags of the start
+    web_file: str | None = getattr(args, "web_config_file", None)
+    config: Config | None = None
+    web: WebConfig | None = None
+    failed = False
     try:
-        config = config_from_args(args)
+        config = config_from_args(args, env)
     except ConfigError as e:
         print_config_errors(e, getattr(args, "config_file", None))
+        failed = True
+    try:
+        web = load_web_config(web_file)
+    except ConfigError as e:
+        print_config_errors(e, web_file)
+        failed = True
+    interval_text = getattr(args, "config_auto_reload_interval", None) or DEFAULT_AUTO_RELOAD_INTERVAL
+    try:
+        interval = Duration(zero_ok=True)(interval_text)
+    except ValueError as e:
+        print(f"kv-sidecar: --config.auto-reload-interval: {e}", file=sys.stderr)
+        failed = True
+    if failed or config is None or web is None:
         return 2
+    return _serve(args, config, web, env, interval)
+
+
+def _serve(args: argparse.Namespace, config: Config, web: WebConfig, env: Mapping[str, str], interval: float) -> int:
     # Deferred: the layers (httpx, the capacity model) and the daemon (apscheduler) would add ~120 ms
     # to every `kv-sidecar --help` and to the subcommands that never serve.
     from .daemon import serve
+    from .history import HistoryError
     from .layers import build_extenders
+    from .reload import Sources
+    from .webconfig import load_web_config
 
+    web_file: str | None = getattr(args, "web_config_file", None)
+    sources = Sources(
+        load=lambda: config_from_args(args, env),
+        load_web=lambda: load_web_config(web_file),
+        watched=tuple(p for p in (getattr(args, "config_file", None), web_file) if p),
+        watch_interval_s=interval,
+    )
     extenders = build_extenders(config)
     setup_logging(config.log_level, config.log_format)
-
-    from .history import HistoryError
-
     try:
-        asyncio.run(serve(config, extenders))
+        asyncio.run(serve(config, extenders, sources=sources, web=web, build_layers=build_extenders))
     except HistoryError as e:  # history.path is not a usable history file: nothing was served
         print(f"kv-sidecar: history.path: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # e.g. the listen port is taken
         print(f"kv-sidecar: cannot listen on {config.listen_address}: {e.strerror or e}", file=sys.stderr)
         return 1
+    finally:
+        _ignore_sighup()  # the loop's handler is gone once it closed; a late SIGHUP must not change the exit code
     return 0
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    from .webconfig import load_web_config  # deferred: TLS and bcrypt are needed only with --web.config.file
+
+    failed = False
     try:
         config = load_config(args.file, env={}, flags={})  # the file alone, whatever this shell exports
     except ConfigError as e:
         print_config_errors(e, args.file)
+        failed = True
+    if args.web_config_file:
+        try:
+            web = load_web_config(args.web_config_file)
+        except ConfigError as e:
+            print_config_errors(e, args.web_config_file)
+            failed = True
+    if failed:
         return 2
     print(f"{args.file}: ok ({len(config.targets)} target{'s' if len(config.targets) != 1 else ''})")
+    if args.web_config_file:
+        auth = f"basic auth for {len(web.users)} user{'s' if len(web.users) != 1 else ''}" if web.users else "no auth"
+        print(f"{args.web_config_file}: ok ({web.scheme}, {auth})")
     return 0
 
 
@@ -118,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     check = sub.add_parser("check-config", help="validate a configuration file and exit (2 when invalid)")
     check.add_argument("file", metavar="FILE", help="the YAML file `kv-sidecar run --config.file` would read")
+    check.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        metavar="FILE",
+        help="also validate this web configuration (TLS files loaded, bcrypt hashes checked), as `run` would",
+    )
     check.set_defaults(func=cmd_check_config)
     docs = sub.add_parser(
         "docs",

@@ -56,6 +56,7 @@ __all__ = [
     "ModelSettings",
     "TargetConfig",
     "build_config",
+    "did_you_mean",
     "load_config",
     "load_rule_params",
     "merge_overrides",
@@ -199,13 +200,17 @@ _TLS_KEYS = tuple(s.key.removeprefix("tls.") for s in TARGET_SETTINGS if s.key.s
 ENV_VARS: dict[str, tuple[str, str]] = {s.env: (s.section, s.key) for s in SETTINGS if s.env}
 
 
-def _did_you_mean(word: str, options: tuple[str, ...]) -> str:
+def did_you_mean(word: str, options: tuple[str, ...]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``options``, else `` (allowed: a, b, c)``."""
     close = difflib.get_close_matches(word, options, n=1)
     return f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(options)})"
 
 
-def read_yaml(path: str) -> dict[str, Any]:
-    """The YAML mapping in ``path``; a ConfigError naming the file when it is unreadable."""
+def read_yaml(path: str, sections: tuple[str, ...] = _SECTION_NAMES) -> dict[str, Any]:
+    """The YAML mapping in ``path``; a ConfigError naming the file when it is unreadable.
+
+    ``sections``: the top-level keys the file may hold, named when the top level is not a mapping.
+    """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
@@ -222,7 +227,7 @@ def read_yaml(path: str) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(
-            [f"the top level must be a mapping of sections ({', '.join(_SECTION_NAMES)}), got {type(data).__name__}"],
+            [f"the top level must be a mapping of sections ({', '.join(sections)}), got {type(data).__name__}"],
             path,
         )
     return data
@@ -319,7 +324,7 @@ def _sections(
     ``names`` and sections of ``names`` that are not mappings are problems."""
     for name in data:
         if name not in _SECTION_NAMES:
-            problems.append(f"{name}: unknown section{_did_you_mean(str(name), _SECTION_NAMES)}")
+            problems.append(f"{name}: unknown section{did_you_mean(str(name), _SECTION_NAMES)}")
     out: dict[str, dict[str, Any]] = {}
     for name in names:
         value = data.get(name) or {}
@@ -329,7 +334,7 @@ def _sections(
         allowed = section_keys(_ROWS[name], name)
         for key in value:
             if key not in allowed:
-                problems.append(f"{name}.{key}: unknown field{_did_you_mean(str(key), allowed)}")
+                problems.append(f"{name}.{key}: unknown field{did_you_mean(str(key), allowed)}")
         out[name] = value
     return out
 
@@ -449,7 +454,7 @@ def _target(item: Any, i: int, interval: float, problems: list[str]) -> TargetCo
         return None
     for key in item:
         if key not in _TARGET_KEYS:
-            problems.append(f"{where}.{key}: unknown field{_did_you_mean(str(key), _TARGET_KEYS)}")
+            problems.append(f"{where}.{key}: unknown field{did_you_mean(str(key), _TARGET_KEYS)}")
     tls = item.get("tls") or {}
     if not isinstance(tls, dict):
         problems.append(f"{where}.tls: must be a mapping with {', '.join(_TLS_KEYS)}")
@@ -457,7 +462,7 @@ def _target(item: Any, i: int, interval: float, problems: list[str]) -> TargetCo
     else:
         for key in tls:
             if key not in _TLS_KEYS:
-                problems.append(f"{where}.tls.{key}: unknown field{_did_you_mean(str(key), _TLS_KEYS)}")
+                problems.append(f"{where}.tls.{key}: unknown field{did_you_mean(str(key), _TLS_KEYS)}")
     v = _read(TARGET_SETTINGS, item, where, problems)
     v["name"] = v["name"] or _default_name(v["url"] or "", i)
     if v["timeout_s"] is None:

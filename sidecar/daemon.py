@@ -16,12 +16,20 @@
   the writer is :data:`MAX_HISTORY_BACKLOG` records behind) is counted
   (``kvcache_sidecar_history_write_errors_total``), logged once per run of failures, and never
   stops the scrapes.
-* SIGTERM/SIGINT stop everything within about a second.
+* ``--web.config.file`` (:mod:`sidecar.webconfig`): TLS on the same threaded server, each accepted
+  connection wrapped with the current certificate in its own thread (a handshake that does not finish
+  within :data:`~sidecar.webconfig.HANDSHAKE_TIMEOUT_S` is dropped), basic auth on everything but
+  ``/healthz`` and ``/readyz`` (kubelet probes send no credentials), the configured response headers.
+* Reloads (:mod:`sidecar.reload`): SIGHUP, ``POST /-/reload`` and a change of a watched file re-read
+  the configuration; :meth:`Sidecar.apply` keeps the state and scrape job of every target whose URL,
+  engine and clock are unchanged, starts the new ones and stops the removed ones (their series go).
+* SIGTERM/SIGINT stop everything within about a second; SIGHUP reloads, it never stops the process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import signal
@@ -29,21 +37,27 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
+import httpx
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from . import __version__, parse
-from .config import Config
+from .config import Config, TargetConfig
 from .engines import adapter
 from .exporter import HISTORY_ERRORS, SidecarCollector
 from .history import HistoryError, HistoryStore, Sample
+from .logs import setup_logging
 from .observation import EngineScrape
+from .reload import Reloader, Sources
 from .scrape import ScrapeFailed, fetch, make_client
 from .state import Extender, TargetState, ingest_failure, ingest_success
+from .webconfig import Serving, WebConfig, serving
 
 log = logging.getLogger("kv_sidecar.daemon")
 
@@ -60,6 +74,17 @@ HISTORY_PRUNE_S = 600.0
 MAX_HISTORY_BACKLOG = 64
 #: How long shutdown waits for the writer to drain its queue before flushing what it has.
 HISTORY_DRAIN_S = 5.0
+#: How long an HTTP connection may wait between two reads or writes (a client that sends nothing
+#: holds a thread no longer than this).
+REQUEST_TIMEOUT_S = 30.0
+#: How long ``POST /-/reload`` waits for the reload to finish before answering 503.
+RELOAD_TIMEOUT_S = 30.0
+#: Paths served without authentication: kubelet's probes cannot send credentials, and they say no more
+#: than "up" and "ready".
+OPEN_PATHS = ("/healthz", "/readyz")
+#: The Config fields the derivation layers are built from (sidecar.layers.build_extenders): a reload that
+#: changes one of them builds new layers, any other reload keeps the running ones and their state.
+LAYER_FIELDS = ("thresholds", "model", "forecast", "derive_window_s")
 
 
 def open_history(config: Config, now: float | None = None) -> HistoryStore | None:
@@ -105,6 +130,41 @@ class HistoryWriter:
         self._thread.join(HISTORY_DRAIN_S)
 
 
+def same_source(a: TargetConfig, b: TargetConfig) -> bool:
+    """Whether a reload keeps a target's state: the same name reading the same server the same way.
+
+    Its other settings (timeout, size limit, token file, TLS) may change: the state is kept and the
+    connection pool rebuilt. A new URL, engine or clock is another series of samples: a new state.
+    """
+    return (a.name, a.url, a.engine, a.clock) == (b.name, b.url, b.engine, b.clock)
+
+
+@dataclass
+class _Target:
+    """One target's state and what scraping it needs; replaced only when its source changes."""
+
+    state: TargetState
+    client: httpx.AsyncHTTPTransport
+    parser: parse.FilteredParser
+    #: what /metrics shows of this target alone (the history records it)
+    collector: SidecarCollector
+    busy: bool = False  # a scrape is in flight
+    retired: bool = False  # replaced or removed by a reload: its pool closes when the scrape in flight ends
+
+
+@dataclass(frozen=True)
+class TargetChanges:
+    """What :meth:`Sidecar.apply` did to the targets, by name."""
+
+    kept: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    reconnected: tuple[str, ...] = ()  # kept, with new connection settings
+
+    def __str__(self) -> str:
+        return " ".join(f"{k}={','.join(v) or '-'}" for k, v in vars(self).items())
+
+
 class Sidecar:
     """Everything the daemon runs, usable in-process by tests and benchmarks."""
 
@@ -118,8 +178,6 @@ class Sidecar:
         self.config = config
         self.clock = clock  # wall time, injectable so tests can step past the staleness limit
         self.extenders = extenders
-        history_s = config.derive_window_s  # the forecast layer keeps its own, lighter, demand series
-        self.states = [TargetState(target=t, history_s=history_s) for t in config.targets]
         # The collector describes its families (the catalogue), so registering a second collector that
         # exports one of those names fails; auto_describe only matters for collectors without describe().
         self.registry = CollectorRegistry(auto_describe=False)
@@ -128,35 +186,103 @@ class Sidecar:
         self._history_failing = False
         self._history_lock = threading.Lock()  # the writer, the prune job and shutdown count errors
         self._history_writer = HistoryWriter(self._write_history) if history is not None else None
-        self.registry.register(
-            SidecarCollector(
-                self.states,
-                staleness_s=config.staleness_s,
-                clock=clock,
-                history_errors=(lambda: self.history_errors) if history is not None else None,
-            )
-        )
-        # One collector per target for the history: what /metrics shows of that target, nothing else.
-        self._target_collectors = {
-            st.target.name: SidecarCollector([st], staleness_s=config.staleness_s, clock=clock) for st in self.states
+        self._targets = {
+            t.name: self._target(TargetState(target=t, history_s=config.derive_window_s)) for t in config.targets
         }
-        self._clients = {t.name: make_client(t) for t in config.targets}
-        self._parsers = {t.name: parse.FilteredParser(adapter(t.engine).NEEDED) for t in config.targets}
+        self.states = [rt.state for rt in self._targets.values()]
+        self.collector = SidecarCollector(
+            self.states,
+            staleness_s=config.staleness_s,
+            clock=clock,
+            history_errors=(lambda: self.history_errors) if history is not None else None,
+        )
+        self.registry.register(self.collector)
         self.started_monotonic = time.monotonic()
+
+    def _target(self, state: TargetState) -> _Target:
+        t = state.target
+        return _Target(
+            state=state,
+            client=make_client(t),
+            parser=parse.FilteredParser(adapter(t.engine).NEEDED),
+            collector=SidecarCollector([state], staleness_s=self.config.staleness_s, clock=self.clock),
+        )
+
+    def apply(
+        self, config: Config, extenders: tuple[Extender, ...]
+    ) -> tuple[TargetChanges, list[httpx.AsyncHTTPTransport]]:
+        """Run with a new (validated) configuration from now on, keeping what it did not change.
+
+        A target whose source is unchanged (:func:`same_source`) keeps its state: its history window,
+        counters, snapshot, and the layers' state for it when ``extenders`` are the running ones. The
+        others start afresh; removed targets' series go from the next collect(). Returns what changed and
+        the connection pools to close now (those of a scrape in flight close when it ends). Everything is
+        swapped before returning, with no await: a scrape on the event loop sees the old configuration
+        or the new one, never a mix.
+        """
+        old = self._targets
+        targets: dict[str, _Target] = {}
+        retired: list[_Target] = []
+        reconnected: list[str] = []
+        for t in config.targets:
+            rt = old.get(t.name)
+            if rt is None or not same_source(rt.state.target, t):
+                targets[t.name] = self._target(TargetState(target=t, history_s=config.derive_window_s))
+                continue
+            rt.state.history_s = config.derive_window_s
+            rt.collector.reconfigure([rt.state], config.staleness_s)
+            if rt.state.target != t:  # new timeout, TLS, token file...: same state, a new pool
+                reconnected.append(t.name)
+                rt.state.target = t
+                retired.append(rt)
+                rt = _Target(rt.state, make_client(t), rt.parser, rt.collector)
+            targets[t.name] = rt
+        removed = [rt for name, rt in old.items() if name not in targets or targets[name].state is not rt.state]
+        if extenders == self.extenders:  # the running layers forget the engines that left with their target
+            for rt in removed:
+                for key in rt.state.history:
+                    _forget(extenders, (rt.state.target.name, *key))
+        retired += removed
+        for rt in retired:
+            rt.retired = True
+        self.config, self.extenders, self._targets = config, extenders, targets
+        self.states = [rt.state for rt in targets.values()]
+        self.collector.reconfigure(self.states, config.staleness_s)
+        kept = [name for name, rt in targets.items() if name in old and old[name].state is rt.state]
+        changes = TargetChanges(
+            kept=tuple(kept),
+            added=tuple(name for name in targets if name not in kept),
+            removed=tuple(rt.state.target.name for rt in removed),
+            reconnected=tuple(reconnected),
+        )
+        return changes, [rt.client for rt in retired if not rt.busy]
+
+    def _current(self, state: TargetState) -> _Target | None:
+        rt = self._targets.get(state.target.name)
+        return rt if rt is not None and rt.state is state else None
 
     async def scrape_once(self, state: TargetState) -> None:
         """Fetch, parse, normalise and derive one target; failures are counted, never raised."""
+        rt = self._current(state)
+        if rt is None:
+            return  # removed by a reload while its job was due
+        rt.busy = True
         try:
-            await self._scrape(state)
+            await self._scrape(state, rt)
         finally:
+            rt.busy = False
+            if rt.retired:  # a reload replaced its pool or removed the target meanwhile
+                await rt.client.aclose()
             self.queue_history(state)
 
-    async def _scrape(self, state: TargetState) -> None:
+    async def _scrape(self, state: TargetState, rt: _Target) -> None:
         target = state.target
         state.last_tick_monotonic = time.monotonic()
         start = time.perf_counter()
         try:
-            fetched = await fetch(self._clients[target.name], target)
+            fetched = await fetch(rt.client, target)
+            if self._current(state) is None:
+                return  # the target was removed by a reload during the fetch: nothing to record
             scrape = self.read_body(state, fetched.body)
         except asyncio.CancelledError:
             return  # shutting down mid-scrape: nothing to count
@@ -192,7 +318,7 @@ class Sidecar:
         if not body.strip():
             raise ScrapeFailed("empty", "200 with an empty body")
         try:
-            samples = self._parsers[target.name].samples(parse.decode(body))
+            samples = self._targets[target.name].parser.samples(parse.decode(body))
             scrape: EngineScrape | None = adapter(target.engine).normalise(samples)
         except parse.InvalidText as e:
             raise ScrapeFailed("invalid_text", str(e)) from None
@@ -225,7 +351,7 @@ class Sidecar:
 
     def queue_history(self, state: TargetState) -> None:
         """Take what ``/metrics`` shows of this target now and hand it to the history's writer thread."""
-        if self._history_writer is None:
+        if self._history_writer is None or self._current(state) is None:
             return
         if not self._history_writer.submit(self.clock(), self._target_samples(state)):
             self._history_failed(HistoryError(f"the writer is {MAX_HISTORY_BACKLOG} records behind; one dropped"))
@@ -251,7 +377,7 @@ class Sidecar:
     def _target_samples(self, state: TargetState) -> list[Sample]:
         """The target's exported samples as (name, labels, value, kind); info series are gauges of 1."""
         samples: list[Sample] = []
-        for family in self._target_collectors[state.target.name].collect():
+        for family in self._targets[state.target.name].collector.collect():
             if family.name in ("kvcache_sidecar_build_info", HISTORY_ERRORS):
                 continue
             kind = "counter" if family.type == "counter" else "gauge"
@@ -300,64 +426,250 @@ class Sidecar:
         return True, "ok"
 
     async def aclose(self) -> None:
-        for transport in self._clients.values():
-            await transport.aclose()
+        for rt in self._targets.values():
+            await rt.client.aclose()
 
 
-def _handler(sidecar: Sidecar, ready: Callable[[], bool]) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = f"kv-cache-sidecar/{__version__}"
-        disable_nagle_algorithm = True  # headers and body leave at once, no delayed-ACK stall
+def _forget(extenders: tuple[Extender, ...], key: tuple[str, str, str]) -> None:
+    for extend in extenders:
+        forget = getattr(extend, "forget", None)
+        if forget is not None:
+            forget(key)
 
-        def do_GET(self) -> None:  # http.server's naming
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                self._send(200, encoder(sidecar.registry), content_type)
-            elif path == "/healthz":
-                ok, why = sidecar.healthy()
-                self._send(200 if ok else 503, (why + "\n").encode(), "text/plain; charset=utf-8")
-            elif path == "/readyz":
-                ok = ready()
-                self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n", "text/plain; charset=utf-8")
-            elif path == "/":
-                page = (
-                    f"<html><head><title>kv-cache-sidecar</title></head><body><h1>kv-cache-sidecar "
-                    f"{__version__}</h1><p><a href='/metrics'>/metrics</a> <a href='/healthz'>/healthz</a> "
-                    f"<a href='/readyz'>/readyz</a></p></body></html>"
-                )
-                self._send(200, page.encode(), "text/html; charset=utf-8")
-            else:
-                self._send(404, b"not found\n", "text/plain; charset=utf-8")
 
-        def _send(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+#: Answers ``POST /-/reload``: (applied, what happened), from the HTTP thread.
+ReloadRequest = Callable[[], tuple[bool, str]]
 
-        def log_message(self, format: str, *args: object) -> None:
-            log.debug("http %s", format % args)
 
-    return Handler
+class _Handler(BaseHTTPRequestHandler):
+    """The endpoint; :func:`_handler` binds it to one sidecar."""
+
+    server_version = f"kv-cache-sidecar/{__version__}"
+    disable_nagle_algorithm = True  # headers and body leave at once, no delayed-ACK stall
+    timeout = REQUEST_TIMEOUT_S
+    server: _Server
+    sidecar: Sidecar
+    ready: Callable[[], bool]
+    reload: ReloadRequest | None = None
+
+    def do_GET(self) -> None:  # http.server's naming
+        path = self.path.split("?", 1)[0]
+        if path not in OPEN_PATHS and not self._authorized():
+            return
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            self._send(200, encoder(self.sidecar.registry), content_type)
+        elif path == "/healthz":
+            ok, why = self.sidecar.healthy()
+            self._text(200 if ok else 503, why)
+        elif path == "/readyz":
+            ok = self.ready()
+            self._text(200 if ok else 503, "ready" if ok else "not ready")
+        elif path == "/-/reload" and self.reload is not None:
+            self._text(405, "use POST to reload", ("Allow", "POST"))
+        elif path == "/":
+            page = (
+                f"<html><head><title>kv-cache-sidecar</title></head><body><h1>kv-cache-sidecar "
+                f"{__version__}</h1><p><a href='/metrics'>/metrics</a> <a href='/healthz'>/healthz</a> "
+                f"<a href='/readyz'>/readyz</a></p></body></html>"
+            )
+            self._send(200, page.encode(), "text/html; charset=utf-8")
+        else:
+            self._text(404, "not found")
+
+    def do_POST(self) -> None:
+        """``POST /-/reload`` (Prometheus' convention): 200 when applied, 500 with the problems when refused."""
+        path = self.path.split("?", 1)[0]
+        self._discard_body()
+        if path not in OPEN_PATHS and not self._authorized():
+            return
+        reload = self.reload
+        if path == "/-/reload" and reload is not None:
+            ok, message = reload()
+            self._text(200 if ok else 500, message)
+        elif path in ("/metrics", "/", *OPEN_PATHS):
+            self._text(405, "use GET", ("Allow", "GET"))
+        else:
+            self._text(404, "not found")
+
+    def _discard_body(self) -> None:
+        """Read a small request body: closing with unread bytes would reset the connection under the answer."""
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = 0
+        if 0 < length <= 65536:
+            self.rfile.read(length)
+
+    def _authorized(self) -> bool:
+        """True when no basic auth is configured or the request's credentials pass; else answers 401."""
+        auth = self.server.serving.auth
+        if auth is None or auth.allows(self.headers.get("Authorization")):
+            return True
+        self._text(401, "unauthorized", ("WWW-Authenticate", 'Basic realm="kv-cache-sidecar", charset="UTF-8"'))
+        return False
+
+    def _text(self, code: int, text: str, *headers: tuple[str, str]) -> None:
+        self._send(code, (text + "\n").encode(), "text/plain; charset=utf-8", *headers)
+
+    def _send(self, code: int, body: bytes, content_type: str, *headers: tuple[str, str]) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (*self.server.serving.headers, *headers):
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("http %s", format % args)
+
+
+def _handler(sidecar: Sidecar, ready: Callable[[], bool], reload: ReloadRequest | None) -> type[_Handler]:
+    # staticmethod: plain functions stored on the class would otherwise become methods of each request
+    attrs = {"sidecar": sidecar, "ready": staticmethod(ready), "reload": staticmethod(reload) if reload else None}
+    return type("Handler", (_Handler,), attrs)
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    #: TLS, auth and headers; replaced whole by a reload
+    serving: Serving = Serving()
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """In the connection's own thread: the TLS handshake first (bounded), then the request."""
+        tls = self.serving.tls
+        if tls is None:
+            super().finish_request(request, client_address)
+            return
+        try:
+            conn = tls.wrap(request)
+        except (OSError, ValueError) as e:  # ssl.SSLError and timeouts are OSErrors
+            log.debug("TLS handshake failed client=%s: %s", client_address[0], e)
+            return
+        try:
+            super().finish_request(conn, client_address)
+        finally:
+            self.shutdown_request(conn)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed mid-request (a reset, a timeout): one debug line, not a traceback on stderr."""
+        log.debug("http connection from %s ended with an error", client_address[0], exc_info=True)
 
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
-def start_http(sidecar: Sidecar, ready: Callable[[], bool]) -> ThreadingHTTPServer:
+def start_http(
+    sidecar: Sidecar,
+    ready: Callable[[], bool],
+    reload: ReloadRequest | None = None,
+    web: Serving | None = None,
+) -> _Server:
+    """Serve on ``config.listen_address`` in a thread; ``reload`` answers ``POST /-/reload`` (404 without)."""
     host, port = sidecar.config.listen_host_port
     server_class = _Server6 if ":" in host else _Server
-    server = server_class((host or "0.0.0.0", port), _handler(sidecar, ready))
+    server = server_class((host or "0.0.0.0", port), _handler(sidecar, ready, reload))
+    server.serving = web or Serving()
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server
+
+
+def _job_id(name: str) -> str:
+    return f"scrape:{name}"
+
+
+class _Daemon:
+    """The running daemon's parts a reload touches: the sidecar, its scrape jobs, the HTTP server's TLS and auth."""
+
+    def __init__(
+        self,
+        sidecar: Sidecar,
+        scheduler: AsyncIOScheduler,
+        build_layers: Callable[[Config], tuple[Extender, ...]],
+        loop: asyncio.AbstractEventLoop,
+    ):
+        self.sidecar = sidecar
+        self.scheduler = scheduler
+        self.build_layers = build_layers
+        self.loop = loop
+        self.server: _Server | None = None
+        self.reloader: Reloader | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def schedule(self, state: TargetState) -> None:
+        interval = self.sidecar.config.scrape_interval_s
+        self.scheduler.add_job(
+            self.sidecar.scrape_once,
+            "interval",
+            args=[state],
+            seconds=interval,
+            id=_job_id(state.target.name),
+            next_run_time=datetime.now(UTC),
+            misfire_grace_time=max(1, int(interval)),
+            replace_existing=True,
+        )
+
+    async def apply(self, config: Config, web: WebConfig) -> str:
+        """Apply a validated configuration (the reloader's ``apply``): layers, targets, jobs, web, logging."""
+        sidecar, old = self.sidecar, self.sidecar.config
+        rebuilt = any(getattr(config, f) != getattr(old, f) for f in LAYER_FIELDS)
+        extenders = sidecar.extenders
+        if rebuilt:
+            extenders = await asyncio.to_thread(self.build_layers, config)  # reads the model's config.json
+            previous = {t.name: t for t in old.targets}
+            kept = {t.name for t in config.targets if t.name in previous and same_source(previous[t.name], t)}
+            _adopt(extenders, sidecar.extenders, kept)
+        # Everything that can fail (the model file, the certificates) is built before anything is swapped.
+        web_serving = serving(web, self.server.serving if self.server is not None else None)
+        changes, to_close = sidecar.apply(config, extenders)
+        for name in changes.removed:
+            if self.scheduler.get_job(_job_id(name)) is not None:
+                self.scheduler.remove_job(_job_id(name))
+        for st in sidecar.states:
+            if st.target.name in changes.added:
+                self.schedule(st)
+            elif config.scrape_interval_s != old.scrape_interval_s:
+                job = _job_id(st.target.name)
+                self.scheduler.reschedule_job(job, trigger="interval", seconds=config.scrape_interval_s)
+                self.scheduler.modify_job(job, misfire_grace_time=max(1, int(config.scrape_interval_s)))
+        if self.server is not None:
+            self.server.serving = web_serving
+        if (config.log_level, config.log_format) != (old.log_level, old.log_format):
+            setup_logging(config.log_level, config.log_format)
+        for client in to_close:
+            await client.aclose()
+        return f"{changes} layers={'rebuilt' if rebuilt else 'kept'}"
+
+    def on_sighup(self) -> None:
+        assert self.reloader is not None
+        task = self.loop.create_task(self.reloader.reload("SIGHUP"))
+        self._tasks.add(task)  # the loop keeps only a weak reference
+        task.add_done_callback(self._tasks.discard)
+
+    def request_reload(self) -> tuple[bool, str]:
+        """``POST /-/reload``, from an HTTP thread: the reload runs on the event loop; waits for it."""
+        assert self.reloader is not None
+        future = asyncio.run_coroutine_threadsafe(self.reloader.reload("POST /-/reload"), self.loop)
+        try:
+            return future.result(RELOAD_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            return False, f"the reload did not finish within {RELOAD_TIMEOUT_S:g}s; see the sidecar's log"
+
+
+def _adopt(new: tuple[Extender, ...], old: tuple[Extender, ...], kept: set[str]) -> None:
+    """Hand each rebuilt layer the state its predecessor keeps for the targets that stay.
+
+    A layer that defines ``adopt(previous, keep)`` (``keep(TargetModelEngine) -> bool``) takes over the
+    series of the engines ``keep`` selects; one that does not starts afresh after a change of its settings.
+    """
+    for layer in new:
+        adopt = getattr(layer, "adopt", None)
+        previous = next((p for p in old if type(p) is type(layer)), None)
+        if adopt is not None and previous is not None:
+            adopt(previous, lambda key: key[0] in kept)
 
 
 async def serve(
@@ -365,53 +677,53 @@ async def serve(
     extenders: tuple[Extender, ...] = (),
     on_listening: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
+    *,
+    sources: Sources | None = None,
+    web: WebConfig | None = None,
+    build_layers: Callable[[Config], tuple[Extender, ...]] | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT (or ``stop`` is set).
+    """Run until SIGTERM/SIGINT (or ``stop`` is set); SIGHUP and ``POST /-/reload`` reload.
 
+    ``sources`` say how to read the configuration again (default: ``config`` itself, so a reload only
+    re-applies it); ``web`` is the web configuration ``sources`` read at start; ``build_layers`` makes the
+    derivation layers of a reloaded configuration whose layer settings changed (default: keep ``extenders``).
     Raises :class:`~sidecar.history.HistoryError` before serving when ``history.path`` cannot be used.
     """
+    web = web or WebConfig()
+    sources = sources or Sources.fixed(config, web)
     sidecar = Sidecar(config, extenders, history=open_history(config))
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    scheduler = AsyncIOScheduler(timezone="UTC", job_defaults={"coalesce": True, "max_instances": 1})
+    daemon = _Daemon(sidecar, scheduler, build_layers or (lambda _: extenders), loop)
+    reloader = daemon.reloader = Reloader(sources, config, web, daemon.apply)
+    sidecar.collector.reload_status = lambda: reloader.status
+    for sig, handler in ((signal.SIGTERM, stop.set), (signal.SIGINT, stop.set), (signal.SIGHUP, daemon.on_sighup)):
         try:
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, handler)
         except (NotImplementedError, RuntimeError):  # not the main thread (tests)
             pass
     try:
-        server = start_http(sidecar, ready=lambda: True)
+        server = daemon.server = start_http(sidecar, ready=lambda: True, reload=daemon.request_reload, web=serving(web))
     except OSError:
         sidecar.close_history()
         raise
     host, port = server.server_address[:2]
-    url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host!s}:{port}/metrics"
+    url = f"{web.scheme}://{'127.0.0.1' if host == '0.0.0.0' else host!s}:{port}/metrics"
     log.info(
-        "listening address=%s:%s version=%s targets=%s",
+        "listening address=%s:%s scheme=%s auth=%s version=%s targets=%s",
         host,
         port,
+        web.scheme,
+        "basic" if web.users else "none",
         __version__,
         ",".join(t.name for t in config.targets),
     )
     if on_listening:
         on_listening(url)
 
-    scheduler = AsyncIOScheduler(
-        timezone="UTC",
-        job_defaults={
-            "coalesce": True,
-            "max_instances": 1,
-            "misfire_grace_time": max(1, int(config.scrape_interval_s)),
-        },
-    )
     for st in sidecar.states:
-        scheduler.add_job(
-            sidecar.scrape_once,
-            "interval",
-            args=[st],
-            seconds=config.scrape_interval_s,
-            id=f"scrape:{st.target.name}",
-            next_run_time=datetime.now(UTC),
-        )
+        daemon.schedule(st)
     if sidecar.history is not None:
         scheduler.add_job(sidecar.prune_history, "interval", seconds=HISTORY_PRUNE_S, id="history:prune")
         log.info(
@@ -420,6 +732,8 @@ async def serve(
             config.history.retention_s,
             config.history.max_bytes,
         )
+    if sources.watched and sources.watch_interval_s > 0:
+        scheduler.add_job(reloader.poll, "interval", seconds=sources.watch_interval_s, id="config:watch")
     scheduler.start()
     try:
         await stop.wait()

@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from . import __version__
 from .metrics import BY_NAME, CATALOGUE
+from .reload import ReloadStatus
 from .state import TargetState
 
 
@@ -47,6 +48,13 @@ def _number(label: str | None) -> float | None:
 
 #: Exported only when the embedded history is on (``history.path``).
 HISTORY_ERRORS = "kvcache_sidecar_history_write_errors_total"
+#: Exported only by a daemon that can reload its configuration (``kv-sidecar run``, ``demo``): not by
+#: the in-process sidecars of replays and benchmarks, whose output stays what it was.
+RELOAD_SERIES = (
+    "kvcache_sidecar_config_last_reload_successful",
+    "kvcache_sidecar_config_last_reload_success_timestamp_seconds",
+    "kvcache_sidecar_config_reloads_total",
+)
 
 
 class SidecarCollector(Collector):
@@ -58,11 +66,17 @@ class SidecarCollector(Collector):
         clock: Callable[[], float] = time.time,
         history_errors: Callable[[], int] | None = None,
     ):
-        self._states = states
-        self._staleness_s = staleness_s
+        # (targets, staleness) in one attribute: a reload swaps both at once, and collect() on the HTTP
+        # thread reads them once, so it never sees the new targets with the old staleness.
+        self._view: tuple[Sequence[TargetState], float] = (states, staleness_s)
         self._clock = clock
         self._history_errors = history_errors  # None: no history configured, no such series
-        self._names = [m.name for m in CATALOGUE if m.name != HISTORY_ERRORS or history_errors is not None]
+        #: the daemon's reload status (set by the daemon; None: no reload series)
+        self.reload_status: Callable[[], ReloadStatus] | None = None
+
+    def reconfigure(self, states: Sequence[TargetState], staleness_s: float) -> None:
+        """Export these targets with this staleness from the next collect() on (a reload)."""
+        self._view = (states, staleness_s)
 
     def describe(self) -> Iterable[Metric]:
         """Every family of the catalogue, empty (collect() fills them per scrape).
@@ -73,15 +87,23 @@ class SidecarCollector(Collector):
         """
         return [_family(m.name) for m in CATALOGUE]
 
+    def _exported(self) -> list[str]:
+        """The catalogue's names this collector exports: the history's and the reloads' only when they apply."""
+        skipped = set() if self._history_errors is not None else {HISTORY_ERRORS}
+        if self.reload_status is None:
+            skipped.update(RELOAD_SERIES)
+        return [m.name for m in CATALOGUE if m.name not in skipped]
+
     def collect(self) -> Iterator[Metric]:
         now = self._clock()
-        fams = {name: _family(name) for name in self._names}
+        states, staleness_s = self._view
+        fams = {name: _family(name) for name in self._exported()}
 
         def add(name: str, labels: list[str], value: float | None) -> None:
             if value is not None and not math.isnan(value):
                 fams[name].add_metric(labels, float(value))
 
-        for st in self._states:
+        for st in states:
             snap = st.snapshot
             target = st.target.name
             add("kvcache_sidecar_target_up", [target], 1.0 if snap.up else 0.0)
@@ -93,7 +115,7 @@ class SidecarCollector(Collector):
                 add("kvcache_sidecar_last_success_timestamp_seconds", [target], snap.last_success_wall)
             add("kvcache_sidecar_config_changes_total", [target], st.config_changes)
 
-            fresh = snap.last_success_wall is not None and now - snap.last_success_wall <= self._staleness_s
+            fresh = snap.last_success_wall is not None and now - snap.last_success_wall <= staleness_s
             if not fresh:
                 continue
             for (model_name, engine), d in snap.derived.items():
@@ -145,7 +167,14 @@ class SidecarCollector(Collector):
         yield from fams.values()
 
     def _add_own(self, fams: dict[str, CounterMetricFamily | GaugeMetricFamily]) -> None:
-        """The sidecar's own series: its version, and its history's write errors when it keeps one."""
+        """The sidecar's own series: its version, its history's write errors when it keeps one, and the
+        outcome of its configuration reloads when it can reload."""
         if self._history_errors is not None:
             fams[HISTORY_ERRORS].add_metric([], float(self._history_errors()))
+        if self.reload_status is not None:
+            status = self.reload_status()
+            fams["kvcache_sidecar_config_last_reload_successful"].add_metric([], 1.0 if status.successful else 0.0)
+            fams["kvcache_sidecar_config_last_reload_success_timestamp_seconds"].add_metric([], status.last_success_s)
+            fams["kvcache_sidecar_config_reloads_total"].add_metric(["success"], float(status.successes))
+            fams["kvcache_sidecar_config_reloads_total"].add_metric(["failure"], float(status.failures))
         fams["kvcache_sidecar_build_info"].add_metric([__version__], 1.0)

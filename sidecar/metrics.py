@@ -357,6 +357,33 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "Above 0 and rising: the weekly report from this history will have gaps; see the sidecar's log.",
     ),
     MetricDoc(
+        "kvcache_sidecar_config_last_reload_successful",
+        "gauge",
+        "bool",
+        (),
+        "1 when the last reload of the sidecar's own configuration (SIGHUP, POST /-/reload, or a change of "
+        "--config.file or --web.config.file) was applied; 0 when it was refused and the previous one "
+        "keeps running. 1 at start.",
+        "0: the new configuration was refused; the sidecar's log names the field (docs/reload.md). Fix the file.",
+    ),
+    MetricDoc(
+        "kvcache_sidecar_config_last_reload_success_timestamp_seconds",
+        "gauge",
+        "seconds",
+        (),
+        "Unix time the running configuration was loaded: the last successful reload, else the start.",
+        "Older than the last ConfigMap change while last_reload_successful is 0: the change is not in effect.",
+    ),
+    MetricDoc(
+        "kvcache_sidecar_config_reloads_total",
+        "counter",
+        "reloads",
+        ("result",),
+        "Reloads of the sidecar's own configuration since the start, by result (success, failure; both "
+        "exported at 0 from the start).",
+        "A rising failure count: someone keeps applying a configuration the sidecar refuses.",
+    ),
+    MetricDoc(
         "kvcache_sidecar_build_info",
         "info",
         "",

@@ -615,6 +615,45 @@ ALERT_SETTINGS: tuple[Setting, ...] = (
     ),
 )
 
+
+@dataclass(frozen=True)
+class FileFlag:
+    """A ``kv-sidecar run`` flag that is no setting of the file: where the files are and how they are watched."""
+
+    flag: str
+    metavar: str
+    help: str
+
+    @property
+    def dest(self) -> str:
+        """``--web.config.file`` -> ``web_config_file``."""
+        return self.flag.removeprefix("--").replace(".", "_").replace("-", "_")
+
+
+#: How often the configuration files are read for a change when ``--config.auto-reload-interval`` is not given.
+DEFAULT_AUTO_RELOAD_INTERVAL = "5s"
+#: The flags of ``kv-sidecar run`` outside the settings table, in the order ``--help`` shows them.
+FILE_FLAGS: tuple[FileFlag, ...] = (
+    FileFlag(
+        "--config.file",
+        "FILE",
+        "YAML configuration (example: deploy/examples/sidecar.yaml); read again on SIGHUP, POST /-/reload "
+        "and when its content changes",
+    ),
+    FileFlag(
+        "--web.config.file",
+        "FILE",
+        "TLS, client certificates, basic auth and response headers of the endpoint, in the Prometheus "
+        "exporter-toolkit format (docs/security.md); read again like --config.file",
+    ),
+    FileFlag(
+        "--config.auto-reload-interval",
+        "DURATION",
+        f"how often both files are read for a new content; 0 = only on SIGHUP and POST /-/reload "
+        f"(default: {DEFAULT_AUTO_RELOAD_INTERVAL})",
+    ),
+)
+
 _BY_PATH = {s.path: s for s in SETTINGS + TARGET_SETTINGS + ALERT_SETTINGS}
 
 

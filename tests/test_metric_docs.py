@@ -71,6 +71,7 @@ from fixtures import CPU_032  # noqa: E402
 from sidecar.config import load_config  # noqa: E402
 from sidecar.daemon import Sidecar, open_history  # noqa: E402
 from sidecar.layers import build_extenders  # noqa: E402
+from sidecar.reload import ReloadStatus  # noqa: E402
 
 
 @pytest.fixture
@@ -95,6 +96,7 @@ def full_run_registry(tmp_path_factory):
         )
         history = open_history(config, now=clock[0])  # its write-error counter is exported too
         sidecar = Sidecar(config, build_extenders(config), clock=lambda: clock[0], history=history)
+        sidecar.collector.reload_status = lambda: ReloadStatus(successful=True, last_success_s=clock[0])  # as serve()
         loop = asyncio.new_event_loop()
         for i in range(8):
             servers[0].behaviour = ok((full_a if i == 0 else full_b).encode())

@@ -20,6 +20,7 @@ from ..parsers import Choice, Text
 from ..settings import (
     ALERT_SETTINGS,
     DEFAULT_TARGET,
+    FILE_FLAGS,
     SECTIONS,
     SETTINGS,
     TARGET_SETTINGS,
@@ -149,7 +150,7 @@ def configuration_page() -> str:
 
 def run_flags() -> str:
     """The README's list of ``kv-sidecar run`` flags."""
-    flags = ["`--config.file FILE`", f"`{TARGETS_FLAG} URL` (repeatable)"]
+    flags = [*(f"`{f.flag} {f.metavar}`" for f in FILE_FLAGS), f"`{TARGETS_FLAG} URL` (repeatable)"]
     for row in SETTINGS:
         if row.flag:
             value = "|".join(row.parse.options) if isinstance(row.parse, Choice) else row.parse.metavar

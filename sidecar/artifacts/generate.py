@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
 
+from .deploy import generated as deploy_files
 from .docs import configuration_page, example_config, metrics_page, oncall_table, run_flags
 from .files import write_atomically
 from .params import DASHBOARD_UIDS, RuleParams, Thresholds
@@ -91,6 +92,7 @@ GENERATED: tuple[Generated, ...] = (
     Generated(PROVIDER_FILE, dashboard_provider_yaml, "sidecar/artifacts/provisioning.py"),
     Generated(DATASOURCE_FILE, datasource_yaml, "sidecar/artifacts/provisioning.py"),
     Generated(CONFIGMAPS_FILE, _configmaps, _DASHBOARDS_SOURCE),
+    *(Generated(path, make, source) for path, make, source in deploy_files()),
 )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from .. import forecast as fc
 from ..config import ForecastSettings
@@ -189,10 +190,20 @@ class ForecastLayer:
         since = max([t for t in self._resets.get(key, ()) if t <= now], default=-math.inf)
         return [(t, v) for t, v in series if t >= since]
 
+    def _stores(self) -> tuple[dict[TargetModelEngine, Any], ...]:
+        return (self._demand, self._peaks, self._resets, self._last_counter, self._first_seen, self._per_request)
+
     def forget(self, key: TargetModelEngine) -> None:
         """The model/engine left its target: drop its series."""
-        for store in (self._demand, self._peaks, self._resets, self._last_counter, self._first_seen, self._per_request):
+        for store in self._stores():
             store.pop(key, None)
+
+    def adopt(self, previous: ForecastLayer, keep: Callable[[TargetModelEngine], bool]) -> None:
+        """Take over ``previous``'s series of the engines ``keep`` selects (the daemon calls it when a reload
+        rebuilt the layers): the settings changed (thresholds, windows), not the servers, so the trend and
+        the peak go on instead of starting again."""
+        for mine, theirs in zip(self._stores(), previous._stores(), strict=True):
+            mine.update((key, value) for key, value in theirs.items() if keep(key))
 
     def _record(
         self, key: TargetModelEngine, now: float, demand: float, obs: Observation

@@ -221,12 +221,14 @@ def produce(options: Options, now: float | None = None) -> Outcome:
         served=served_models(model_settings, week),
         generated_at=now,
     )
-    from .render import ReportWriteError, write_report
+    from .render import PlotsUnavailable, ReportWriteError, write_report
 
     try:
         paths = write_report(report, options.out, options.formats)
     except ReportWriteError as e:
         raise ReportFailed(f"--out: {e}", 1) from None
+    except PlotsUnavailable as e:
+        raise ReportFailed(str(e), 1) from None
     except ImportError as e:  # matplotlib, for the plots; nothing was written
         raise ReportFailed(f"the report's plots need {e.name}: {EXTRA_HINT}", 1) from None
     return Outcome(report, paths, summary_text(report, paths, options.report_url))

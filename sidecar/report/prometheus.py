@@ -523,16 +523,29 @@ class _Reader:
         jobs.append(collect("waiting", f"sum by ({b.by}) (count_over_time(({waiting} > 0){sub})) * {SUBQUERY_S}"))
         for metric in ("kvcache_gpu_memory_utilization", "kvcache_theoretical_bytes_per_token"):
             jobs.append(collect(metric, f"max by ({b.by}) (last_over_time({self.metric(metric, b.matchers)}{rng}))"))
+        # The newest label set of each info series: the last step it is present in, from range queries per
+        # day chunk like the steps' (``max_over_time(timestamp(...)[<period>:60s])`` does it in one instant
+        # query, but Prometheus 2.x evaluates that subquery in time growing with the square of its range:
+        # two minutes, and a timeout, for 64 pods over a week).
         info: dict[str, list[tuple[dict[str, str], float]]] = {}
         for metric, labels in (
             ("kvcache_server_info", "block_size, kv_cache_memory_bytes"),
             ("kvcache_model_info", "architecture, attention, kv_dtype, tp, pp"),
         ):
-            newest = f"max_over_time(timestamp({self.metric(metric, b.matchers)})[{_duration(period.seconds)}:60s])"
-            q = f"max by ({b.by}, {labels}) ({newest})"
-            jobs.append(_job(lambda q=q, metric=metric: info.__setitem__(metric, self.src._instant(q, at))))
+            q = f"max by ({b.by}, {labels}) (last_over_time({self.metric(metric, b.matchers)}[60s]))"
+            rows = info.setdefault(metric, [])
+            for cs, ce in self._chunks(period):
+                jobs.append(_job(self._fill_newest, q, period, rows, cs, ce))
         after.append(_job(_apply_figures, b, series, reduced, info))
         return jobs
+
+    def _fill_newest(
+        self, q: str, period: Period, rows: list[tuple[dict[str, str], float]], cs: float, ce: float
+    ) -> None:
+        """Each series of ``q`` with the time of its last point in the chunk."""
+        for labels, values in self._points(q, period, cs, ce):
+            if values:
+                rows.append((labels, max(t for t, _ in values)))  # list.append is atomic: jobs run in threads
 
     # --- pages ---------------------------------------------------------------------------------
 

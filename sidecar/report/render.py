@@ -6,8 +6,8 @@ What goes where:
   PNGs beside it in ``kvcache-report-<start>_<end>-images/<model>-<plot>.png``;
 - ``kvcache-report-<start>_<end>.html``: one file, the same PNGs embedded as ``data:`` URIs, with a
   print style sheet (a page per model, nothing wider than the page);
-- ``kvcache-report-<start>_<end>.json``: every figure for machines, ``dataclasses.asdict`` of the
-  report (timelines included) with NaN and infinities as ``null``, keys sorted.
+- ``kvcache-report-<start>_<end>.json``: every figure for machines, the report's dataclasses as
+  objects (timelines included) with NaN and infinities as ``null``, keys sorted, on one line.
 
 ``<start>``/``<end>`` are the period's UTC dates (``YYYY-MM-DD``), with ``THHMM`` added when the
 period does not start or end at midnight (a few minutes of ``make run``), so two different periods
@@ -83,6 +83,10 @@ class ReportWriteError(Exception):
     """The output folder cannot take the report; the message is one line naming the folder and the fix."""
 
 
+class PlotsUnavailable(Exception):
+    """matplotlib cannot run here (no writable cache folder); the message is one line with the fix."""
+
+
 # ----------------------------------------------------------------------------- entry point
 
 
@@ -138,6 +142,11 @@ def draw_plots(report: Report) -> dict[str, bytes]:
     except ImportError as e:
         missing = e.name or "matplotlib"
         raise ImportError(f"the report's plots need {missing}: {EXTRA_HINT}", name=missing) from None
+    except OSError:  # matplotlib found no writable config/cache folder (MPLCONFIGDIR, ~/.config, /tmp)
+        raise PlotsUnavailable(
+            "matplotlib needs a writable folder for its cache: set MPLCONFIGDIR to one "
+            "(on a read-only root filesystem: mount a writable /tmp)"
+        ) from None
     out: dict[str, bytes] = {}
     for slug, model in zip(model_slugs(report), report.models, strict=True):
         for name, data in plots.model_plots(report, model).items():
@@ -634,15 +643,24 @@ def _html_table(table: Table, report: Report) -> str:
 
 
 def json_text(report: Report) -> str:
-    """Every figure of the report: ``dataclasses.asdict``, NaN/inf as null, keys sorted, indented."""
-    return json.dumps(_plain(dataclasses.asdict(report)), sort_keys=True, indent=2, allow_nan=False) + "\n"
+    """Every figure of the report: its dataclasses as objects, NaN/inf as null, keys sorted.
+
+    Compact (no indentation): a week of 64 pods has millions of timeline points, and one per line made
+    a 57 MB file that took longer to write than the report to read (``jq .`` indents it for people).
+    """
+    return json.dumps(_plain(report), sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"
 
 
 def _plain(value: Any) -> Any:
+    """JSON-ready copy in one pass (``dataclasses.asdict`` deep-copies every point first: twice the work)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, (list, tuple)):
+        if all(type(v) is float for v in value):
+            return [v if math.isfinite(v) else None for v in value]
+        return [_plain(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
     return value

@@ -1,0 +1,205 @@
+"""Reloading the configuration without a restart: ``SIGHUP``, ``POST /-/reload`` and the watched files.
+
+A reload reads everything again as at start (``--config.file`` with the same flags and environment,
+and ``--web.config.file``), validates it whole, and either applies all of it or none of it:
+
+* a configuration with a problem is refused: the problems are logged on one line naming the file
+  and the fields, counted (``kvcache_sidecar_config_reloads_total{result="failure"}``,
+  ``kvcache_sidecar_config_last_reload_successful`` 0), and the running configuration stays;
+* a change to a setting that only a restart can apply (:data:`RESTART_ONLY`: the listen address,
+  the history file, turning TLS on or off) refuses the reload in the same way, naming the setting,
+  so a half-applied configuration never runs;
+* a good one is applied by the daemon (``apply``: targets that are unchanged keep their state and
+  scrape jobs, see :meth:`sidecar.daemon.Sidecar.apply`).
+
+The files are watched by content (:func:`fingerprint`, every ``--config.auto-reload-interval``): a
+Kubernetes ConfigMap or Secret volume swaps its files by renaming a ``..data`` symlink, so the
+path's own mtime says nothing, but its content does. A content that was refused is not tried again
+until it changes, so a bad ConfigMap is logged once, not every few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import stat
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from .config import Config, ConfigError
+from .units import format_duration
+from .webconfig import WebConfig
+
+log = logging.getLogger("kv_sidecar.reload")
+
+#: How often the watched files are read when ``--config.auto-reload-interval`` is not given.
+DEFAULT_WATCH_INTERVAL_S = 5.0
+#: A watched file is hashed up to this size (a configuration is a few kilobytes).
+MAX_WATCHED_BYTES = 64 * 2**20
+
+#: Settings a running daemon cannot change: (field, its value in a Config, why).
+RESTART_ONLY: tuple[tuple[str, Callable[[Config], object], str], ...] = (
+    ("web.listen_address", lambda c: c.listen_address, "the socket is bound at start"),
+    ("history.path", lambda c: c.history.path, "the history file is opened at start"),
+    ("history.retention", lambda c: c.history.retention_s, "the history file is opened with it"),
+    ("history.max_size", lambda c: c.history.max_bytes, "the history file is opened with it"),
+)
+
+
+@dataclass(frozen=True)
+class ReloadStatus:
+    """What the reload series export; replaced whole (the HTTP thread reads it while the loop writes)."""
+
+    successful: bool
+    last_success_s: float  # Unix time
+    successes: int = 0
+    failures: int = 0
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where the daemon's configuration comes from, to read it again as it was read at start."""
+
+    load: Callable[[], Config]  # --config.file with the flags and environment of the start
+    load_web: Callable[[], WebConfig]  # --web.config.file
+    watched: tuple[str, ...] = ()  # files whose content is polled
+    watch_interval_s: float = DEFAULT_WATCH_INTERVAL_S  # 0: not polled
+
+    @classmethod
+    def fixed(cls, config: Config, web: WebConfig | None = None) -> Sources:
+        """A configuration that never changes (the demo, tests): a reload re-applies it."""
+        return cls(load=lambda: config, load_web=lambda: web or WebConfig())
+
+
+def fingerprint(path: str) -> str:
+    """A digest of the file's content as the path reads now (symlinks followed), or why it cannot be read.
+
+    Only a regular file is read (a FIFO would block the poll), up to :data:`MAX_WATCHED_BYTES`.
+    """
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            digest.update(f.read(MAX_WATCHED_BYTES))
+        return digest.hexdigest()
+    except OSError as e:
+        return f"unreadable: {e.strerror or e}"
+
+
+def restart_problems(old: Config, new: Config, old_web: WebConfig, new_web: WebConfig) -> list[str]:
+    """The changes only a restart applies, each as a problem naming the setting."""
+    problems = []
+    for name, value, why in RESTART_ONLY:
+        if value(old) != value(new):
+            problems.append(
+                f"{name}: changed from {_shown(value(old))} to {_shown(value(new))}, which needs a restart "
+                f"({why}); nothing of the new configuration was applied (restart the sidecar, or put the old "
+                "value back)"
+            )
+    if old_web.scheme != new_web.scheme:
+        problems.append(
+            f"tls_server_config: {'added' if new_web.tls else 'removed'}; switching between HTTP and HTTPS needs a "
+            "restart (Prometheus and the probes change scheme with it); nothing of the new configuration was applied"
+        )
+    return problems
+
+
+def _shown(value: object) -> str:
+    return format_duration(value) if isinstance(value, float) else repr(value)
+
+
+#: Applies a validated configuration (on the event loop); returns what changed, for the log.
+Apply = Callable[[Config, WebConfig], Awaitable[str]]
+
+
+class Reloader:
+    """Reads the configuration again on request or when a watched file changes, and applies it or refuses it."""
+
+    def __init__(
+        self,
+        sources: Sources,
+        config: Config,
+        web: WebConfig,
+        apply: Apply,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.sources = sources
+        self.config = config
+        self.web = web
+        self._apply = apply
+        self._clock = clock
+        self.status = ReloadStatus(successful=True, last_success_s=clock())
+        self._seen = self._fingerprints()
+        self._lock = asyncio.Lock()  # one reload at a time, whoever asks
+
+    def _fingerprints(self) -> tuple[str, ...]:
+        return tuple(fingerprint(p) for p in self.sources.watched)
+
+    def _read(self) -> tuple[Config, WebConfig]:
+        """Both files, validated; every problem of both in one ConfigError per file."""
+        errors: list[ConfigError] = []
+        config: Config | None = None
+        web: WebConfig | None = None
+        try:
+            config = self.sources.load()
+        except ConfigError as e:
+            errors.append(e)
+        try:
+            web = self.sources.load_web()
+        except ConfigError as e:
+            errors.append(e)
+        if errors:
+            raise _Refused([f"{e.source}: {p}" for e in errors for p in e.problems])
+        assert config is not None and web is not None
+        problems = restart_problems(self.config, config, self.web, web)
+        if problems:
+            raise _Refused(problems)
+        return config, web
+
+    async def reload(self, trigger: str) -> tuple[bool, str]:
+        """Read, validate and apply (or refuse) the configuration; (applied, what happened in one line)."""
+        async with self._lock:
+            seen = await asyncio.to_thread(self._fingerprints)
+            try:
+                # Off the event loop: the model's config.json is read and checked with the rest.
+                config, web = await asyncio.to_thread(self._read)
+                changes = await self._apply(config, web)
+            except _Refused as e:
+                return self._refused(trigger, seen, e.problems)
+            except Exception as e:  # e.g. the model file changed between its check and its use; nothing was swapped
+                log.debug("reload failed trigger=%s", trigger, exc_info=True)
+                return self._refused(trigger, seen, [f"could not be applied: {e}"])
+            self.config, self.web, self._seen = config, web, seen
+            self.status = replace(
+                self.status, successful=True, last_success_s=self._clock(), successes=self.status.successes + 1
+            )
+            log.info("configuration reloaded trigger=%s %s", trigger, changes)
+            return True, changes
+
+    def _refused(self, trigger: str, seen: tuple[str, ...], problems: list[str]) -> tuple[bool, str]:
+        """Count and log a refusal (one line); the running configuration stays."""
+        self._seen = seen  # not tried again by the watcher until the files change again
+        self.status = replace(self.status, successful=False, failures=self.status.failures + 1)
+        message = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}: " + "; ".join(problems)
+        log.error("configuration reload refused trigger=%s, the running configuration stays: %s", trigger, message)
+        return False, message
+
+    async def poll(self) -> None:
+        """Reload when a watched file's content differs from what was last read (applied or refused)."""
+        if not self.sources.watched or self._lock.locked():
+            return
+        now = await asyncio.to_thread(self._fingerprints)
+        if now != self._seen:
+            changed = [p for p, a, b in zip(self.sources.watched, self._seen, now, strict=True) if a != b]
+            await self.reload(f"file-changed:{','.join(changed)}")
+
+
+class _Refused(Exception):
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = problems
