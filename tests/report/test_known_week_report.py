@@ -4,7 +4,8 @@ week's definition gives (``tests/report/known_week.py``), through ``kv-sidecar r
 
 The picture in docs/report.md is this week's HTML report from Prometheus, as headless Chromium shows it::
 
-    .venv/bin/python tests/report/test_known_week_report.py --screenshot docs/images/kvcache-report.png
+    PYTHONPATH=tests:tests/report .venv/bin/python tests/report/test_known_week_report.py \
+        --screenshot docs/images/kvcache-report.png
 
 Resolution: the known week has one sample a minute, so a minute of the embedded history holds one sample and
 the two sources must agree with the definition exactly; the Prometheus source counts time above a threshold
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from backfill import backfilled_prometheus
-from known_week import PODS, Known, cached_week
+from known_week import PODS, Known, cached_week, known
 from processes import kv_sidecar
 
 from sidecar.forecast.recommendation import recommend
@@ -183,11 +184,16 @@ def main(argv: list[str]) -> int:
 
     if len(argv) < 2 or argv[0] != "--screenshot":
         print(
-            "usage: python tests/report/test_known_week_report.py --screenshot docs/images/kvcache-report.png [height]"
+            "usage: python tests/report/test_known_week_report.py --screenshot docs/images/kvcache-report.png "
+            "[height] [known-week folder, e.g. .test-artifacts/known-week/<hash>: used even if the code changed]"
         )
         return 2
     target, height = Path(argv[1]), int(argv[2]) if len(argv) > 2 else 2400
-    week = cached_week()
+    if len(argv) > 3:
+        folder = Path(argv[3]).resolve()
+        week = Known(**{**known().__dict__, "files": {"om": folder / "week.om", "history": folder / "history.sqlite"}})
+    else:
+        week = cached_week()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "prometheus").mkdir()
