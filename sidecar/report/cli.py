@@ -431,7 +431,9 @@ def cmd_reporter(args: argparse.Namespace) -> int:
         print(f"kv-sidecar reporter: {e}", file=sys.stderr)
         return 2
     if args.dry_run:
-        source = options.prometheus_url or options.history
+        from .prometheus import shown_url
+
+        source = shown_url(options.prometheus_url) if options.prometheus_url else options.history
         print(f"would write {', '.join(options.formats)} reports from {source} into {options.out} at:")
         print("\n".join(f"  {t.isoformat()}" for t in runs))
         return 0

@@ -189,7 +189,7 @@ class PrometheusSource:
             raise ReportSourceError(f"CA file {ca_file}: not a readable file", 2)
         self.url = url.rstrip("/")
         #: the URL as messages and the report show it: without user:password@
-        self.shown = re.sub(r"//[^/@]*@", "//", self.url)
+        self.shown = shown_url(self.url)
         self.bearer_token_file = bearer_token_file
         self.headers = dict(headers or {})
         self.timeout_s = timeout_s
@@ -352,6 +352,11 @@ class PrometheusSource:
 
     def close(self) -> None:
         self._client.close()
+
+
+def shown_url(url: str) -> str:
+    """What may be printed of a URL: without a ``user:password@``."""
+    return re.sub(r"//[^/@]*@", "//", url)
 
 
 class _Transient(Exception):

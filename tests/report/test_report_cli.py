@@ -107,3 +107,11 @@ def test_a_dry_run_checks_the_flags_and_prints_the_next_runs(tmp_path):
         timeout=60,
     )
     assert bad.returncode == 2 and bad.stderr.startswith("kv-sidecar reporter: --schedule:"), bad.stderr
+    secret = subprocess.run(
+        [*kv_sidecar(), "reporter", "--prometheus-url", "https://ops:s3cret@prom.example.com", "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert secret.returncode == 0 and "s3cret" not in secret.stdout + secret.stderr
+    assert "from https://prom.example.com into" in secret.stdout, secret.stdout
