@@ -124,17 +124,14 @@ def run_report(url: str, start: int, end: int, out: Path, extra: list[str]) -> t
         return took, usage.ru_maxrss / 1024, stdout.read()
 
 
-def prometheus_peak_mb() -> float | None:
-    """VmHWM of the running Prometheus (the backfill's server), when /proc shows it."""
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            text = status.read_text()
-        except OSError:
-            continue
-        if "\nName:\tprometheus\n" in f"\n{text}":
-            hwm = next((line for line in text.splitlines() if line.startswith("VmHWM:")), None)
-            return int(hwm.split()[1]) / 1024 if hwm else None
-    return None
+def peak_rss_mb(pid: int) -> float | None:
+    """VmHWM (the peak resident set) of process ``pid``, from /proc."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    hwm = next((line for line in status.splitlines() if line.startswith("VmHWM:")), None)
+    return int(hwm.split()[1]) / 1024 if hwm else None
 
 
 def main() -> None:
@@ -167,7 +164,7 @@ def main() -> None:
     try:
         url = start_prometheus(procs, cache, cache / "data", free_port())
         took, peak, stdout = run_report(url, week.start, week.end, out, args.extra)
-        server = prometheus_peak_mb()
+        server = peak_rss_mb(procs.procs["prometheus"].pid)
     finally:
         procs.stop()
     print(stdout.rstrip())

@@ -27,6 +27,17 @@ def free_port() -> int:
         return port
 
 
+def prometheus_argv(binary: str, config: Path, data: Path, port: int, *extra: str) -> list[str]:
+    """Debian's ``prometheus`` on 127.0.0.1:``port`` with ``config`` and its TSDB in ``data``."""
+    return [
+        binary,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        *extra,
+    ]
+
+
 def kv_sidecar() -> list[str]:
     """The ``kv-sidecar`` command of the interpreter running the tests."""
     script = Path(sys.executable).with_name("kv-sidecar")

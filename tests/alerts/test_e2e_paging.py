@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 from alerttools import ALERTS, REPO
-from processes import Processes, free_port, http_get, kv_sidecar
+from processes import Processes, free_port, http_get, kv_sidecar, prometheus_argv
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -146,15 +146,7 @@ def stack(tmp_path, prometheus_bin, alertmanager_bin):
                 "--cluster.listen-address=",
             ],
         )
-        procs.start(
-            "prometheus",
-            [
-                prometheus,
-                f"--config.file={prom_config}",
-                f"--storage.tsdb.path={tmp_path / 'prom-data'}",
-                f"--web.listen-address=127.0.0.1:{ports['prometheus']}",
-            ],
-        )
+        procs.start("prometheus", prometheus_argv(prometheus, prom_config, tmp_path / "prom-data", ports["prometheus"]))
         procs.start(
             "simulator",
             [

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processes import Processes, free_port, http_get, http_status, kv_sidecar
+from processes import Processes, free_port, http_get, http_status, kv_sidecar, prometheus_argv
 
 from sidecar.artifacts.files import dump_yaml
 from sidecar.artifacts.panels import PrometheusAPI, PrometheusError
@@ -243,15 +243,7 @@ def running_stack(workdir: Path, prometheus: str, generation: str, pods: tuple[P
     try:
         for pod in pods:
             _start_pod(procs, workdir, pod, generation, ports[pod.name])
-        procs.start(
-            "prometheus",
-            [
-                prometheus,
-                f"--config.file={prom_config}",
-                f"--storage.tsdb.path={workdir / 'prom-data'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
-            ],
-        )
+        procs.start("prometheus", prometheus_argv(prometheus, prom_config, workdir / "prom-data", prom_port))
         _wait_ready(procs, _ready_urls(api, pods, ports), timeout=40)
         _wait_scraped(procs, api, pods, timeout=20)
         started = time.time()

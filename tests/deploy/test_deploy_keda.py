@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from deploytools import config_of, container, one, pod_spec, rerooted
-from processes import Processes, free_port, http_status, kv_sidecar
+from processes import Processes, free_port, http_status, kv_sidecar, prometheus_argv
 
 from sidecar.artifacts.files import dump_yaml
 from sidecar.artifacts.panels import PrometheusAPI
@@ -105,15 +105,7 @@ def _start(procs: Processes, workdir: Path, config: str, namespace: str, podmoni
     prom_port = free_port()
     prom_config = workdir / "prometheus.yaml"
     prom_config.write_text(dump_yaml(_prometheus_config(podmonitor, namespace, ports)), encoding="utf-8")
-    procs.start(
-        "prometheus",
-        [
-            prometheus,
-            f"--config.file={prom_config}",
-            f"--storage.tsdb.path={workdir / 'prom-data'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}",
-        ],
-    )
+    procs.start("prometheus", prometheus_argv(prometheus, prom_config, workdir / "prom-data", prom_port))
     deadline = time.monotonic() + 40
     while ready and time.monotonic() < deadline:
         procs.check_alive()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from processes import Processes, free_port, http_status
+from processes import Processes, free_port, http_status, prometheus_argv
 
 from sidecar.artifacts.params import RuleParams, Thresholds
 from sidecar.artifacts.rules import build_rule_groups
@@ -26,16 +26,9 @@ def run(argv: list[str], cwd: Path, timeout: float = 600) -> None:
 
 def start(procs: Processes, workdir: Path, data: Path, port: int) -> str:
     (workdir / "prometheus.yaml").write_text("global:\n  scrape_interval: 1m\n", encoding="utf-8")
-    procs.start(
-        "prometheus",
-        [
-            shutil.which("prometheus") or "prometheus",
-            f"--config.file={workdir / 'prometheus.yaml'}",
-            f"--storage.tsdb.path={data}",
-            "--storage.tsdb.retention.time=10y",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-    )
+    binary = shutil.which("prometheus") or "prometheus"
+    config = workdir / "prometheus.yaml"
+    procs.start("prometheus", prometheus_argv(binary, config, data, port, "--storage.tsdb.retention.time=10y"))
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while http_status(f"{url}/-/ready") != 200:
