@@ -16,10 +16,8 @@
   the writer is :data:`MAX_HISTORY_BACKLOG` records behind) is counted
   (``kvcache_sidecar_history_write_errors_total``), logged once per run of failures, and never
   stops the scrapes.
-* ``--web.config.file`` (:mod:`sidecar.webconfig`): TLS on the same threaded server, each accepted
-  connection wrapped with the current certificate in its own thread (a handshake that does not finish
-  within :data:`~sidecar.webconfig.HANDSHAKE_TIMEOUT_S` is dropped), basic auth on everything but
-  ``/healthz`` and ``/readyz`` (kubelet probes send no credentials), the configured response headers.
+* The HTTP endpoint (:mod:`sidecar.endpoint`) serves ``/metrics``, the probes and ``POST /-/reload``
+  in threads of its own, with ``--web.config.file`` (:mod:`sidecar.webconfig`).
 * Reloads (:mod:`sidecar.reload`): SIGHUP, ``POST /-/reload`` and a change of a watched file re-read
   the configuration; :meth:`Sidecar.apply` keeps the state and scrape job of every target whose URL,
   engine and clock are unchanged, starts the new ones and stops the removed ones (their series go).
@@ -33,22 +31,20 @@ import concurrent.futures
 import logging
 import queue
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 
 from . import __version__, parse
 from .config import Config, TargetConfig
+from .endpoint import Server, start_http
 from .engines import adapter
 from .exporter import HISTORY_ERRORS, SidecarCollector
 from .history import HistoryError, HistoryStore, Sample
@@ -57,7 +53,7 @@ from .observation import EngineScrape
 from .reload import Reloader, Sources
 from .scrape import ScrapeFailed, fetch, make_client
 from .state import Extender, TargetState, ingest_failure, ingest_success
-from .webconfig import Serving, WebConfig, serving
+from .webconfig import WebConfig, serving
 
 log = logging.getLogger("kv_sidecar.daemon")
 
@@ -74,14 +70,8 @@ HISTORY_PRUNE_S = 600.0
 MAX_HISTORY_BACKLOG = 64
 #: How long shutdown waits for the writer to drain its queue before flushing what it has.
 HISTORY_DRAIN_S = 5.0
-#: How long an HTTP connection may wait between two reads or writes (a client that sends nothing
-#: holds a thread no longer than this).
-REQUEST_TIMEOUT_S = 30.0
 #: How long ``POST /-/reload`` waits for the reload to finish before answering 503.
 RELOAD_TIMEOUT_S = 30.0
-#: Paths served without authentication: kubelet's probes cannot send credentials, and they say no more
-#: than "up" and "ready".
-OPEN_PATHS = ("/healthz", "/readyz")
 #: The Config fields the derivation layers are built from (sidecar.layers.build_extenders): a reload that
 #: changes one of them builds new layers, any other reload keeps the running ones and their state.
 LAYER_FIELDS = ("thresholds", "model", "forecast", "derive_window_s")
@@ -437,146 +427,6 @@ def _forget(extenders: tuple[Extender, ...], key: tuple[str, str, str]) -> None:
             forget(key)
 
 
-#: Answers ``POST /-/reload``: (applied, what happened), from the HTTP thread.
-ReloadRequest = Callable[[], tuple[bool, str]]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    """The endpoint; :func:`_handler` binds it to one sidecar."""
-
-    server_version = f"kv-cache-sidecar/{__version__}"
-    disable_nagle_algorithm = True  # headers and body leave at once, no delayed-ACK stall
-    timeout = REQUEST_TIMEOUT_S
-    server: _Server
-    sidecar: Sidecar
-    ready: Callable[[], bool]
-    reload: ReloadRequest | None = None
-
-    def do_GET(self) -> None:  # http.server's naming
-        path = self.path.split("?", 1)[0]
-        if path not in OPEN_PATHS and not self._authorized():
-            return
-        if path == "/metrics":
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            self._send(200, encoder(self.sidecar.registry), content_type)
-        elif path == "/healthz":
-            ok, why = self.sidecar.healthy()
-            self._text(200 if ok else 503, why)
-        elif path == "/readyz":
-            ok = self.ready()
-            self._text(200 if ok else 503, "ready" if ok else "not ready")
-        elif path == "/-/reload" and self.reload is not None:
-            self._text(405, "use POST to reload", ("Allow", "POST"))
-        elif path == "/":
-            page = (
-                f"<html><head><title>kv-cache-sidecar</title></head><body><h1>kv-cache-sidecar "
-                f"{__version__}</h1><p><a href='/metrics'>/metrics</a> <a href='/healthz'>/healthz</a> "
-                f"<a href='/readyz'>/readyz</a></p></body></html>"
-            )
-            self._send(200, page.encode(), "text/html; charset=utf-8")
-        else:
-            self._text(404, "not found")
-
-    def do_POST(self) -> None:
-        """``POST /-/reload`` (Prometheus' convention): 200 when applied, 500 with the problems when refused."""
-        path = self.path.split("?", 1)[0]
-        self._discard_body()
-        if path not in OPEN_PATHS and not self._authorized():
-            return
-        reload = self.reload
-        if path == "/-/reload" and reload is not None:
-            ok, message = reload()
-            self._text(200 if ok else 500, message)
-        elif path in ("/metrics", "/", *OPEN_PATHS):
-            self._text(405, "use GET", ("Allow", "GET"))
-        else:
-            self._text(404, "not found")
-
-    def _discard_body(self) -> None:
-        """Read a small request body: closing with unread bytes would reset the connection under the answer."""
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = 0
-        if 0 < length <= 65536:
-            self.rfile.read(length)
-
-    def _authorized(self) -> bool:
-        """True when no basic auth is configured or the request's credentials pass; else answers 401."""
-        auth = self.server.serving.auth
-        if auth is None or auth.allows(self.headers.get("Authorization")):
-            return True
-        self._text(401, "unauthorized", ("WWW-Authenticate", 'Basic realm="kv-cache-sidecar", charset="UTF-8"'))
-        return False
-
-    def _text(self, code: int, text: str, *headers: tuple[str, str]) -> None:
-        self._send(code, (text + "\n").encode(), "text/plain; charset=utf-8", *headers)
-
-    def _send(self, code: int, body: bytes, content_type: str, *headers: tuple[str, str]) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (*self.server.serving.headers, *headers):
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("http %s", format % args)
-
-
-def _handler(sidecar: Sidecar, ready: Callable[[], bool], reload: ReloadRequest | None) -> type[_Handler]:
-    # staticmethod: plain functions stored on the class would otherwise become methods of each request
-    attrs = {"sidecar": sidecar, "ready": staticmethod(ready), "reload": staticmethod(reload) if reload else None}
-    return type("Handler", (_Handler,), attrs)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    #: TLS, auth and headers; replaced whole by a reload
-    serving: Serving = Serving()
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        """In the connection's own thread: the TLS handshake first (bounded), then the request."""
-        tls = self.serving.tls
-        if tls is None:
-            super().finish_request(request, client_address)
-            return
-        try:
-            conn = tls.wrap(request)
-        except (OSError, ValueError) as e:  # ssl.SSLError and timeouts are OSErrors
-            log.debug("TLS handshake failed client=%s: %s", client_address[0], e)
-            return
-        try:
-            super().finish_request(conn, client_address)
-        finally:
-            self.shutdown_request(conn)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A connection that failed mid-request (a reset, a timeout): one debug line, not a traceback on stderr."""
-        log.debug("http connection from %s ended with an error", client_address[0], exc_info=True)
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-
-def start_http(
-    sidecar: Sidecar,
-    ready: Callable[[], bool],
-    reload: ReloadRequest | None = None,
-    web: Serving | None = None,
-) -> _Server:
-    """Serve on ``config.listen_address`` in a thread; ``reload`` answers ``POST /-/reload`` (404 without)."""
-    host, port = sidecar.config.listen_host_port
-    server_class = _Server6 if ":" in host else _Server
-    server = server_class((host or "0.0.0.0", port), _handler(sidecar, ready, reload))
-    server.serving = web or Serving()
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    return server
-
-
 def _job_id(name: str) -> str:
     return f"scrape:{name}"
 
@@ -595,7 +445,7 @@ class _Daemon:
         self.scheduler = scheduler
         self.build_layers = build_layers
         self.loop = loop
-        self.server: _Server | None = None
+        self.server: Server | None = None
         self.reloader: Reloader | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 

@@ -12,7 +12,8 @@ import httpx
 from processes import free_port
 
 from sidecar.config import load_config
-from sidecar.daemon import Sidecar, start_http
+from sidecar.daemon import Sidecar
+from sidecar.endpoint import start_http
 
 KV = str(Path(sys.executable).with_name("kv-sidecar"))
 
