@@ -35,8 +35,11 @@ class Limit:
     #: What happens past it: the reason counted (``kvcache_sidecar_scrape_errors_total{reason=...}``,
     #: ``..._dropped_total``) or the exit code.
     exceeded: str
-    #: How to raise it: the setting (``limits.max_label_values``) or why it is a constant.
+    #: How to raise it: the setting (``targets[].label_limit``) or why it is a constant.
     change: str
+    #: The setting that changes it, as docs/configuration.md names it (``targets[].label_limit``), if
+    #: any: a test checks that ``default`` is that setting's default.
+    setting: str | None = None
 
 
 class OutOfRange(ValueError):
@@ -81,8 +84,11 @@ def whole_number(value: Any, field: str, *, low: int, high: int) -> int:
         return value
     if isinstance(value, str) and len(value) > 64:  # int("9" * 10**6) is quadratic; no count is that long
         raise OutOfRange(field, value, expected)
-    number = finite_number(value, field, low=low, high=high) if not isinstance(value, bool) else None
-    if number is None or not number.is_integer():
+    try:
+        number = finite_number(value, field, low=low, high=high)
+    except OutOfRange:
+        raise OutOfRange(field, value, expected) from None
+    if not number.is_integer():
         raise OutOfRange(field, value, expected)
     return int(number)
 

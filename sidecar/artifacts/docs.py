@@ -3,7 +3,8 @@
 - ``docs/metrics.md`` and the README's short on-call table, from the metric catalogue
   (:mod:`sidecar.metrics`);
 - ``docs/configuration.md``, the README's list of ``run`` flags and the annotated example
-  ``deploy/examples/sidecar.yaml``, from the settings tables (:mod:`sidecar.settings`).
+  ``deploy/examples/sidecar.yaml``, from the settings tables (:mod:`sidecar.settings`);
+- the table of ``docs/limits.md``, from the bounds on inputs (:mod:`sidecar.limits`).
 
 Pure: each function returns text; :mod:`.generate` writes it.
 """
@@ -15,6 +16,7 @@ import textwrap
 
 import yaml
 
+from ..limits import LIMITS, Limit
 from ..metrics import BY_NAME, CATALOGUE, ONCALL
 from ..parsers import Choice, Text
 from ..settings import (
@@ -29,6 +31,7 @@ from ..settings import (
     Setting,
     flag_name,
 )
+from ..units import format_duration, format_size
 
 # ----------------------------------------------------------------------------- the metric tables
 
@@ -47,6 +50,32 @@ def oncall_table() -> str:
     lines = ["| gauge | unit | meaning | when it moves |", "|---|---|---|---|"]
     for m in (BY_NAME[name] for name in ONCALL):
         lines.append(f"| `{m.name}` | {m.unit} | {m.help} | {m.action} |")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- the limits
+
+
+def limit_default(limit: Limit) -> str:
+    """A limit's default the way a person writes it (``16MiB``, ``30s``, ``10,000``)."""
+    value = limit.default
+    if limit.unit == "bytes" and isinstance(value, int):
+        return format_size(value) if value >= 1024 else f"{value} bytes"
+    if limit.unit == "seconds":
+        return format_duration(value)
+    if isinstance(value, int) or float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:g}"
+
+
+def limits_table() -> str:
+    """The table of ``docs/limits.md``: every bound of :data:`sidecar.limits.LIMITS`, by surface."""
+    lines = ["| limit | default | unit | what it bounds | past it | to change it |", "|---|---|---|---|---|---|"]
+    for limit in LIMITS:
+        lines.append(
+            f"| `{limit.key}` | {limit_default(limit)} | {limit.unit} | {_cell(limit.bounds)} | "
+            f"{_cell(limit.exceeded)} | {_cell(limit.change)} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -20,7 +20,7 @@ from functools import cache, partial
 from pathlib import Path
 
 from .deploy import generated as deploy_files
-from .docs import configuration_page, example_config, metrics_page, oncall_table, run_flags
+from .docs import configuration_page, example_config, limits_table, metrics_page, oncall_table, run_flags
 from .files import write_atomically
 from .params import DASHBOARD_UIDS, RuleParams, Thresholds
 from .provisioning import CONFIGMAPS_FILE, DATASOURCE_FILE, PROVIDER_FILE, dashboard_provider_yaml, datasource_yaml
@@ -88,6 +88,7 @@ GENERATED: tuple[Generated, ...] = (
     Generated("deploy/examples/sidecar.yaml", example_config, "sidecar/settings.py"),
     Generated("README.md", oncall_table, "sidecar/metrics.py (ONCALL)", block="oncall-metrics"),
     Generated("README.md", run_flags, "sidecar/settings.py", block="run-flags"),
+    Generated("docs/limits.md", limits_table, "sidecar/limits.py", block="limits"),
     *(Generated(f"dashboards/{uid}.json", partial(_dashboard_text, uid), _DASHBOARDS_SOURCE) for uid in DASHBOARD_UIDS),
     Generated(PROVIDER_FILE, dashboard_provider_yaml, "sidecar/artifacts/provisioning.py"),
     Generated(DATASOURCE_FILE, datasource_yaml, "sidecar/artifacts/provisioning.py"),
