@@ -10,7 +10,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test lint generate venv tools vllm image bench bench-real-ramp clean
+.PHONY: run test lint generate venv tools vllm image bench bench-soak bench-real-ramp clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ bench: venv
 	$(PY) bench/scrape_cycle.py
 	$(PY) bench/memory.py
 	$(PY) bench/forecast.py
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(PY) bench/hostile.py
+
+# 100,000 scrape cycles with churning engines and labels: RSS, open files and threads must stay flat (~7 min)
+bench-soak: venv
+	$(PY) bench/soak.py
 
 bench-real-ramp: venv vllm
 	$(PY) -m pytest -m realramp -s tests/realvllm/test_real_ramp.py

@@ -69,23 +69,52 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Config:
     """The configuration ``kv-sidecar run`` was given: file, environment (``env``, default: this process's)
-    and its flags."""
+    and its flags.
+
+    Validated exactly as ``check-config`` validates (``sidecar.config.build_config``), but for one
+    thing: a ``model.config`` that names no file yet is not an error here (vLLM may still be
+    downloading the model; the capacity layer warns and waits for it).
+    """
     flags = {RUN_FLAGS[dest]: getattr(args, dest) for dest in RUN_FLAGS if getattr(args, dest, None) is not None}
     return load_config(
-        getattr(args, "config_file", None), env=env, flags=flags, flag_targets=getattr(args, "target", None)
+        getattr(args, "config_file", None),
+        env=env,
+        flags=flags,
+        flag_targets=getattr(args, "target", None),
+        model_missing_ok=True,
     )
 
 
-def _ignore_sighup() -> None:
-    """SIGHUP asks for a reload: never let it stop the process, before the daemon handles it or after."""
+def _stop_before_serving(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def _early_signals() -> None:
+    """Until the daemon installs its own handlers: SIGHUP (a reload) never stops the process, and
+    SIGTERM/SIGINT stop it cleanly with exit 0 (not 143, nor a KeyboardInterrupt traceback)."""
     try:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, _stop_before_serving)
+        signal.signal(signal.SIGINT, _stop_before_serving)
     except ValueError:  # not the main thread (tests calling main())
         pass
 
 
+def _ignore_signals() -> None:
+    """Once the daemon has stopped: SIGTERM, SIGINT and SIGHUP are ignored for the last instants of the exit.
+
+    Ignored, not handled: the interpreter resets a Python handler to the default action while it
+    finalizes, and a SIGTERM landing then would end the process with 143 instead of the stop's code.
+    """
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread (tests calling main())
+            pass
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    _ignore_sighup()
+    _early_signals()
     from .webconfig import load_web_config  # deferred: TLS and bcrypt are needed only here
 
     env = dict(os.environ)  # a reload reads the file again with the environment and flags of the start
@@ -130,8 +159,8 @@ def _serve(args: argparse.Namespace, config: Config, web: WebConfig, env: Mappin
         watched=tuple(p for p in (getattr(args, "config_file", None), web_file) if p),
         watch_interval_s=interval,
     )
+    setup_logging(config.log_level, config.log_format)  # first: the layers may log (a model not there yet)
     extenders = build_extenders(config)
-    setup_logging(config.log_level, config.log_format)
     try:
         asyncio.run(serve(config, extenders, sources=sources, web=web, build_layers=build_extenders))
     except HistoryError as e:  # history.path is not a usable history file: nothing was served
@@ -141,7 +170,7 @@ def _serve(args: argparse.Namespace, config: Config, web: WebConfig, env: Mappin
         print(f"kv-sidecar: cannot listen on {config.listen_address}: {e.strerror or e}", file=sys.stderr)
         return 1
     finally:
-        _ignore_sighup()  # the loop's handler is gone once it closed; a late SIGHUP must not change the exit code
+        _ignore_signals()  # the loop's handlers are gone once it closed: a late signal must not change the exit code
     return 0
 
 

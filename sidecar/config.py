@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import yaml
-
 from . import capacity as cap
+from . import files
 from .artifacts.params import RuleParams, Thresholds
 from .parsers import Invalid, read_bearer_token
 from .settings import (
@@ -76,6 +75,10 @@ class ConfigError(Exception):
         super().__init__("\n".join(f"{source}: {p}" for p in problems))
 
 
+#: Problems printed of one file: a 1 MiB file of 30,000 bad entries is summed up after these.
+MAX_PRINTED_PROBLEMS = 100
+
+
 def print_config_errors(e: ConfigError, file: str | None = None) -> None:
     """Every problem on its own line on stderr, after the file it is in (``file`` when the error does not say)."""
     source = file if e.source == "config" and file else e.source
@@ -83,8 +86,11 @@ def print_config_errors(e: ConfigError, file: str | None = None) -> None:
         f"kv-sidecar: invalid configuration ({len(e.problems)} problem{'s' if len(e.problems) > 1 else ''}):",
         file=sys.stderr,
     )
-    for p in e.problems:
+    for p in e.problems[:MAX_PRINTED_PROBLEMS]:
         print(f"  {source}: {p}", file=sys.stderr)
+    if len(e.problems) > MAX_PRINTED_PROBLEMS:
+        more = len(e.problems) - MAX_PRINTED_PROBLEMS
+        print(f"  {source}: ... and {more} more problems (fix these first)", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,13 @@ class TargetConfig:
     engine: str = default("targets.engine")
     timeout_s: float = default_timeout(default("scrape.interval"))
     body_size_limit_bytes: int = default("targets.body_size_limit")
+    #: Bounds on what reaches the parser and the output (docs/limits.md); 0 = no limit.
+    sample_limit: int = default("targets.sample_limit")
+    label_limit: int = default("targets.label_limit")
+    label_name_length_limit: int = default("targets.label_name_length_limit")
+    label_value_length_limit: int = default("targets.label_value_length_limit")
+    engine_limit: int = default("targets.engine_limit")
+    label_values_limit: int = default("targets.label_values_limit")
     bearer_token_file: str | None = None
     tls_insecure_skip_verify: bool = default("targets.tls.insecure_skip_verify")
     tls_ca_file: str | None = None
@@ -206,23 +219,23 @@ def did_you_mean(word: str, options: tuple[str, ...]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(options)})"
 
 
-def read_yaml(path: str, sections: tuple[str, ...] = _SECTION_NAMES) -> dict[str, Any]:
+def read_yaml(
+    path: str, sections: tuple[str, ...] = _SECTION_NAMES, duplicates: list[str] | None = None
+) -> dict[str, Any]:
     """The YAML mapping in ``path``; a ConfigError naming the file when it is unreadable.
+
+    ``duplicates``: where duplicate keys go when the caller reports them with the other problems
+    (else they are a ConfigError of their own).
+
+    Read by :func:`sidecar.files.read_yaml`: a regular file of at most 1 MiB, strict UTF-8, no
+    duplicate key, aliases and nesting bounded.
 
     ``sections``: the top-level keys the file may hold, named when the top level is not a mapping.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError([f"cannot read the file: {e.strerror or e} (check the path)"], path) from None
-    except UnicodeDecodeError as e:
-        raise ConfigError([f"not UTF-8 text (byte {e.start}); save the file as UTF-8"], path) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ConfigError([f"{where}not valid YAML: {getattr(e, 'problem', e)}"], path) from None
+        data = files.read_yaml(path, duplicates=duplicates)
+    except files.FileProblem as e:
+        raise ConfigError(e.problems, path) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -387,31 +400,52 @@ _FIELD_OF_FLAG = {
 }
 
 
-def model_problems(model: ModelSettings) -> list[str]:
+def model_problems(model: ModelSettings, *, missing_ok: bool = False) -> list[str]:
     """The capacity model's checks of the ``model:`` section, as config problems (``model.<field>: ...``).
 
     Loads ``model.config`` and lays the KV cache out for the configured TP/PP/dtype with the pure
     :mod:`sidecar.capacity` functions, so a tensor-parallel size that does not divide the model's
     heads (which vLLM refuses too) is reported with every other problem, before anything starts.
+
+    ``missing_ok``: a ``model.config`` that names no file yet is no problem (``run``: a sidecar starts
+    before vLLM, which may still be downloading the model; the capacity layer waits for the file).
+    ``check-config`` is strict.
     """
     if model.config is None:
         return []
     try:
         spec = cap.load_model(model.config)
         cap.kv_layout(spec, tp=model.tensor_parallel_size, pp=model.pipeline_parallel_size, dtype=model.dtype)
+    except cap.ModelFileMissing:
+        return [] if missing_ok else [missing_model_problem(model.config)]
     except cap.CapacityError as e:
-        return [_as_config_problem(e)]
+        return [_as_config_problem(problem, model.config) for problem in e.problems]
     return []
 
 
-def _as_config_problem(error: cap.CapacityError) -> str:
-    """A capacity-model error with the calculator flag it starts with replaced by the sidecar's field."""
-    flag, sep, rest = str(error).partition(": ")
-    return f"{_FIELD_OF_FLAG[flag]}: {rest}" if sep and flag in _FIELD_OF_FLAG else f"model: {error}"
+def missing_model_problem(path: str) -> str:
+    """``model.config: ... does not exist`` (or, for a directory, ``holds no config.json``) with the fix."""
+    if Path(path).is_dir():
+        return f"model.config: directory {path!r} holds no config.json (give a model directory holding one)"
+    return f"model.config: {path!r} does not exist (give a config.json or a model directory holding one)"
 
 
-def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
-    """Validate a merged mapping into a :class:`Config`; every problem at once."""
+def _as_config_problem(problem: str, path: str) -> str:
+    """A capacity-model problem with the calculator flag it starts with replaced by the sidecar's field;
+    a problem of the model's config.json (``config.json: head_dim: ...``) names the file."""
+    flag, sep, rest = problem.partition(": ")
+    if sep and flag in _FIELD_OF_FLAG:
+        return f"{_FIELD_OF_FLAG[flag]}: {rest}"
+    if sep and flag == "config.json":
+        return f"model.config: {path}: {rest}"
+    return f"model: {problem}"
+
+
+def build_config(data: Mapping[str, Any], source: str = "config", *, model_missing_ok: bool = False) -> Config:
+    """Validate a merged mapping into a :class:`Config`; every problem at once.
+
+    ``model_missing_ok``: a ``model.config`` naming no file yet passes (:func:`model_problems`).
+    """
     problems: list[str] = []
     sections = _sections(data, problems)
     values = {name: _read(rows, sections[name], name, problems) for name, rows in _ROWS.items()}
@@ -422,7 +456,7 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> Config:
 
     held = {name: holder(**values[name]) for name, holder in HOLDERS.items()}
     problems.extend(held["thresholds"].problems())
-    problems.extend(model_problems(held["model"]))
+    problems.extend(model_problems(held["model"], missing_ok=model_missing_ok))
     _check_forecast(held["forecast"], sections["forecast"], interval, problems)
     targets = _targets(data.get("targets"), interval, problems)
 
@@ -504,18 +538,24 @@ def load_config(
     env: Mapping[str, str] | None = None,
     flags: Mapping[tuple[str, str], Any] | None = None,
     flag_targets: Sequence[str | Mapping[str, Any]] | None = None,
+    model_missing_ok: bool = False,
 ) -> Config:
     """Read, merge and validate; raises :class:`ConfigError` listing every problem.
 
     ``flag_targets`` are ``--target`` URLs, or whole ``targets:`` entries (replays use those).
+    ``model_missing_ok``: see :func:`build_config` (``run`` passes True, ``check-config`` False).
     """
-    file_data = read_yaml(path) if path else {}
+    duplicates: list[str] = []
+    file_data = read_yaml(path, duplicates=duplicates) if path else {}
     origins: dict[str, str] = {}
     merged = merge_overrides(file_data, os.environ if env is None else env, flags or {}, flag_targets, origins)
     try:
-        return build_config(merged, source=path or "config")
+        config = build_config(merged, source=path or "config", model_missing_ok=model_missing_ok)
     except ConfigError as e:
-        raise ConfigError(_attribute(e.problems, origins), e.source) from None
+        raise ConfigError(duplicates + _attribute(e.problems, origins), e.source) from None
+    if duplicates:
+        raise ConfigError(duplicates, path or "config")
+    return config
 
 
 def load_rule_params(

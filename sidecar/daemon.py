@@ -17,7 +17,7 @@
   (``kvcache_sidecar_history_write_errors_total``), logged once per run of failures, and never
   stops the scrapes.
 * The HTTP endpoint (:mod:`sidecar.endpoint`) serves ``/metrics``, the probes and ``POST /-/reload``
-  in threads of its own, with ``--web.config.file`` (:mod:`sidecar.webconfig`).
+  from one asyncio loop of its own (a thread), with ``--web.config.file`` (:mod:`sidecar.webconfig`).
 * Reloads (:mod:`sidecar.reload`): SIGHUP, ``POST /-/reload`` and a change of a watched file re-read
   the configuration; :meth:`Sidecar.apply` keeps the state and scrape job of every target whose URL,
   engine and clock are unchanged, starts the new ones and stops the removed ones (their series go).
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import signal
@@ -48,6 +49,7 @@ from .endpoint import Server, start_http
 from .engines import adapter
 from .exporter import HISTORY_ERRORS, SidecarCollector
 from .history import HistoryError, HistoryStore, Sample
+from .limits import OutOfRange
 from .logs import setup_logging
 from .observation import EngineScrape
 from .reload import Reloader, Sources
@@ -58,10 +60,16 @@ from .webconfig import WebConfig, serving
 log = logging.getLogger("kv_sidecar.daemon")
 
 
-#: (model_name, engine) pairs one target may report. A vLLM server has one engine per data-parallel
-#: rank (tens at most); far more means the URL is not one inference server, and exporting them all
-#: would stall the other targets and swell /metrics.
-MAX_ENGINES_PER_TARGET = 256
+#: A page up to this size is read on the event loop when every label limit of its target is on: the limits
+#: bound its cost (a worst such page takes tens of milliseconds; bench/hostile_page.py), and handing it to a
+#: thread would cost a fifth of a whole scrape cycle's CPU (bench/scrape_cycle.py). A vLLM page is 20-100 KiB.
+INLINE_PAGE_BYTES = 256 << 10
+#: Threads that read the other pages (decode, parse, normalise) off the event loop, each read within what is
+#: left of its target's timeout (:meth:`Sidecar.read_within`). One: a read is bounded by the targets'
+#: limits, and each thread's allocations stay in an arena of their own (four readers took 30 MiB more
+#: peak RSS on a 15 MiB page, bench/hostile_page.py). Daemon threads: a page still being read never
+#: delays the exit.
+PAGE_READERS = 1
 #: How often the history drops the minutes past its retention (and re-checks its size cap).
 HISTORY_PRUNE_S = 600.0
 #: Scrapes' records the history writer may have queued: a write waits at most the store's busy
@@ -140,6 +148,73 @@ class _Target:
     collector: SidecarCollector
     busy: bool = False  # a scrape is in flight
     retired: bool = False  # replaced or removed by a reload: its pool closes when the scrape in flight ends
+    #: the read of this target's last page (a reader thread may still run it past its deadline)
+    reading: _Read | None = None
+
+
+class _Read:
+    """One page read handed to a reader thread; its outcome goes to ``waiter``, on the event loop."""
+
+    def __init__(self, work: Callable[[], EngineScrape], loop: asyncio.AbstractEventLoop):
+        self.work = work
+        self.loop = loop
+        self.waiter: asyncio.Future[EngineScrape] = loop.create_future()
+        #: set by the reader thread when the read ended (or was skipped): until then, it may still run
+        self.finished = threading.Event()
+
+    def run(self) -> None:
+        if self.waiter.done():  # its deadline passed while it waited for a thread
+            self.finished.set()
+            return
+        try:
+            result, error = self.work(), None
+        except BaseException as e:  # handed to the awaiting scrape, which classifies it
+            result, error = None, e
+        self.finished.set()  # before the result is handed over: the next read may start at once
+        try:
+            self.loop.call_soon_threadsafe(self._settle, result, error)
+        except RuntimeError:
+            pass  # the loop is closed: the daemon stopped meanwhile
+
+    def _settle(self, result: EngineScrape | None, error: BaseException | None) -> None:
+        if self.waiter.done():
+            return  # too late: the scrape already failed with parse_timeout
+        if error is not None:
+            self.waiter.set_exception(error)
+        else:
+            assert result is not None
+            self.waiter.set_result(result)
+
+    def expire(self) -> None:
+        if not self.waiter.done():
+            self.waiter.set_exception(TimeoutError())
+
+
+class _Readers:
+    """A few daemon threads that run page reads; started at the first read, stopped by :meth:`close`."""
+
+    def __init__(self, size: int):
+        self._size = size
+        self._queue: queue.SimpleQueue[_Read | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, read: _Read) -> None:
+        if not self._threads:
+            for i in range(self._size):
+                thread = threading.Thread(target=self._run, name=f"page-reader-{i}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+        self._queue.put(read)
+
+    def _run(self) -> None:
+        while (read := self._queue.get()) is not None:
+            read.run()
+
+    def close(self) -> None:
+        """Stop the threads once they finish what they run (never waits: they are daemon threads)."""
+        for _ in self._threads:
+            self._queue.put(None)
+        self._threads = []
 
 
 @dataclass(frozen=True)
@@ -188,6 +263,7 @@ class Sidecar:
         )
         self.registry.register(self.collector)
         self.started_monotonic = time.monotonic()
+        self._readers = _Readers(PAGE_READERS)
 
     def _target(self, state: TargetState) -> _Target:
         t = state.target
@@ -273,54 +349,113 @@ class Sidecar:
             fetched = await fetch(rt.client, target)
             if self._current(state) is None:
                 return  # the target was removed by a reload during the fetch: nothing to record
-            scrape = self.read_body(state, fetched.body)
+            left_s = target.timeout_s - (time.perf_counter() - start)
+            scrape = await self.read_within(state, rt, fetched.body, left_s)
         except asyncio.CancelledError:
             return  # shutting down mid-scrape: nothing to count
         except ScrapeFailed as e:
-            # Say it once per run of failures with the same reason (vLLM loading a model refuses
-            # connections for minutes); the counter has every one.
-            news = state.failing_reason != e.reason
-            state.failing_reason = e.reason
-            ingest_failure(state, e.reason, duration_s=time.perf_counter() - start)
-            (log.warning if news else log.debug)(
-                "scrape failed target=%s reason=%s detail=%r", target.name, e.reason, e.detail
-            )
+            self._failed(state, e.reason, e.field, e.detail, start)
             return
         except Exception:  # the adapter met input it could not make sense of: count it, keep running
-            log.exception("cannot read the answer of target=%s", target.name)
-            ingest_failure(state, "invalid_text", duration_s=time.perf_counter() - start)
+            if self._failed(state, "invalid_text", "internal", "the adapter failed on this page", start):
+                log.exception("cannot read the answer of target=%s (logged once per run)", target.name)
             return
         if state.failing_reason is not None:
-            log.info("scrape recovered target=%s after reason=%s", target.name, state.failing_reason)
+            log.info(
+                "scrape recovered target=%s after reason=%s failed_scrapes=%d",
+                target.name,
+                state.failing_reason,
+                state.failing_count,
+            )
         wall = self.clock()
         sample_time = (
             fetched.simulated_time if (target.clock == "simulated" and fetched.simulated_time is not None) else wall
         )
         self.record(state, scrape, sample_time=sample_time, wall_time=wall, duration_s=time.perf_counter() - start)
 
-    def read_body(self, state: TargetState, body: bytes) -> EngineScrape:
-        """What the daemon makes of a fetched body: decode, pre-filtered parse, normalise.
+    def _failed(self, state: TargetState, reason: str, field: str | None, detail: str, start: float) -> bool:
+        """Count a failed scrape; log it when a run of failures starts or its reason or field changes
+        (vLLM loading a model refuses connections for minutes; the counter has every one). Returns
+        whether it was news."""
+        news = (state.failing_reason, state.failing_field) != (reason, field)
+        state.failing_reason, state.failing_field = reason, field
+        state.failing_count += 1
+        ingest_failure(state, reason, duration_s=time.perf_counter() - start)
+        (log.warning if news else log.debug)(
+            "scrape failed target=%s reason=%s detail=%r", state.target.name, reason, detail
+        )
+        return news
 
-        Raises :class:`ScrapeFailed` (``empty``, ``invalid_text``, ``no_engine_metrics``).
-        Public so that replays (:mod:`sidecar.replay`) run exactly this code.
+    async def read_within(
+        self, state: TargetState, rt: _Target, body: bytes | bytearray, deadline_s: float
+    ) -> EngineScrape:
+        """:meth:`read_body` within ``deadline_s`` (what is left of the target's timeout): the event loop,
+        the probes and SIGTERM never wait for a page.
+
+        A page of at most :data:`INLINE_PAGE_BYTES` whose target has every label limit on is read
+        at once (the limits bound its cost); any other page goes to a reader thread, awaited at most
+        ``deadline_s``. A read past its deadline is a ``parse_timeout``; it may still run (a thread
+        cannot be stopped), and until it ends the target's next pages are refused with the same
+        reason rather than read beside it, so one target never holds more than one reader.
         """
-        target = state.target
-        if not body.strip():
-            raise ScrapeFailed("empty", "200 with an empty body")
+        if rt.reading is not None and not rt.reading.finished.is_set():
+            raise ScrapeFailed("parse_timeout", "the previous page of this target is still being read", "previous")
+        target, parser = state.target, rt.parser  # as they are now: a reload may replace them meanwhile
+        bounded = target.label_limit and target.label_name_length_limit and target.label_value_length_limit
+        if len(body) <= INLINE_PAGE_BYTES and bounded:
+            return self._read(target, parser, body)
+        read = rt.reading = _Read(lambda: self._read(target, parser, body), asyncio.get_running_loop())
+        self._readers.submit(read)
+        expiry = read.loop.call_later(max(deadline_s, 0.0), read.expire)
         try:
-            samples = self._targets[target.name].parser.samples(parse.decode(body))
-            scrape: EngineScrape | None = adapter(target.engine).normalise(samples)
+            return await read.waiter
+        except TimeoutError:
+            raise ScrapeFailed(
+                "parse_timeout",
+                f"the page ({len(body)} bytes) was not read within the {max(deadline_s, 0.0):.3g}s left of "
+                f"the timeout of {state.target.timeout_s:g}s",
+            ) from None
+        finally:
+            expiry.cancel()
+
+    def read_body(self, state: TargetState, body: bytes | bytearray) -> EngineScrape:
+        """What the daemon makes of a fetched body: decode, pre-filtered parse, normalise, within the
+        target's limits (docs/limits.md).
+
+        Raises :class:`ScrapeFailed` (``empty``, ``invalid_text``, ``no_engine_metrics``, ``sample_limit``,
+        ``label_limit``, ``invalid_value``, ``too_large``). Public so that replays (:mod:`sidecar.replay`)
+        run exactly this code; the daemon runs it within the target's timeout (:meth:`read_within`).
+        """
+        return self._read(state.target, self._targets[state.target.name].parser, body)
+
+    @staticmethod
+    def _read(target: TargetConfig, parser: parse.FilteredParser, body: bytes | bytearray) -> EngineScrape:
+        if not body or body.isspace():  # (not strip(): no copy of a large page)
+            raise ScrapeFailed("empty", "200 with an empty body")
+        limits = parse.PageLimits(
+            target.sample_limit, target.label_limit, target.label_name_length_limit, target.label_value_length_limit
+        )
+        try:
+            samples = parser.samples(parse.decode(body), limits)
+            scrape: EngineScrape | None = adapter(target.engine).normalise(
+                samples, label_values_limit=target.label_values_limit
+            )
+        except parse.LimitExceeded as e:
+            raise ScrapeFailed(e.reason, str(e)) from None
         except parse.InvalidText as e:
             raise ScrapeFailed("invalid_text", str(e)) from None
+        except OutOfRange as e:  # a number the capacity stands on cannot be one: nothing of the page is used
+            # the value is part of the field at fault: another bad value is logged again
+            raise ScrapeFailed("invalid_value", str(e), f"{e.field}={str(e.value)[:40]}") from None
         if scrape is None:
             raise ScrapeFailed("no_engine_metrics", f"no {target.engine} metric family in the answer")
-        if len(scrape.observations) > MAX_ENGINES_PER_TARGET:
+        if target.engine_limit and len(scrape.observations) > target.engine_limit:
             # Like Prometheus' sample_limit: a page under the byte limit can still carry enough
             # series to stall every target's loop and blow up /metrics; refuse it whole.
             raise ScrapeFailed(
                 "too_large",
-                f"{len(scrape.observations)} (model, engine) pairs > the limit of "
-                f"{MAX_ENGINES_PER_TARGET} (one target per server)",
+                f"{len(scrape.observations)} (model, engine) pairs > targets[].engine_limit "
+                f"{target.engine_limit} (one target per server)",
             )
         return scrape
 
@@ -416,6 +551,7 @@ class Sidecar:
         return True, "ok"
 
     async def aclose(self) -> None:
+        self._readers.close()
         for rt in self._targets.values():
             await rt.client.aclose()
 
@@ -522,6 +658,31 @@ def _adopt(new: tuple[Extender, ...], old: tuple[Extender, ...], kept: set[str])
             adopt(previous, lambda key: key[0] in kept)
 
 
+def _quiet_signals(loop: asyncio.AbstractEventLoop) -> None:
+    """Once stopping, a second SIGTERM or SIGINT (or a SIGHUP) changes nothing: the stop is under way and bounded.
+
+    Each signal is ignored first, then taken off the loop without the loop's own ``remove_signal_handler``,
+    which would restore the default action (killed by SIGTERM, KeyboardInterrupt on SIGINT) for an instant,
+    and the loop's close would do the same for good: a signal landing there ended the process with another
+    exit code than the stop's, or a traceback.
+    """
+    handlers = getattr(loop, "_signal_handlers", None)  # asyncio's Unix loops keep them there (3.4 to 3.13)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread (tests): the loop never had the signal
+            continue
+        if isinstance(handlers, dict):
+            handlers.pop(sig, None)
+        else:  # another loop: its own removal, and the short window it leaves
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
+    if isinstance(handlers, dict) and not handlers:
+        with contextlib.suppress(ValueError, OSError):
+            signal.set_wakeup_fd(-1)  # as the loop does once it has no handler left
+
+
 async def serve(
     config: Config,
     extenders: tuple[Extender, ...] = (),
@@ -588,6 +749,7 @@ async def serve(
     try:
         await stop.wait()
     finally:
+        _quiet_signals(loop)
         log.info("stopping")
         scheduler.shutdown(wait=False)
         server.shutdown()

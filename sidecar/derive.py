@@ -31,7 +31,7 @@ def _label_int(cache_config: Mapping[str, str], key: str) -> int | None:
         return None
     try:
         return int(float(raw))
-    except ValueError:
+    except (ValueError, OverflowError):  # the adapter refuses such pages; never a traceback here
         return None
 
 

@@ -46,6 +46,21 @@ def _number(label: str | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def _add_target_own(add: Callable[[str, list[str], float | None], None], st: TargetState) -> None:
+    """A target's self-monitoring series: up, duration, failures and dropped series by reason, changes."""
+    snap, target = st.snapshot, st.target.name
+    add("kvcache_sidecar_target_up", [target], 1.0 if snap.up else 0.0)
+    if snap.last_duration_s is not None:
+        add("kvcache_sidecar_scrape_duration_seconds", [target], snap.last_duration_s)
+    for reason, count in st.errors.items():
+        add("kvcache_sidecar_scrape_errors_total", [target, reason], count)
+    for reason, count in st.dropped.items():
+        add("kvcache_sidecar_series_dropped_total", [target, reason], count)
+    if snap.last_success_wall is not None:
+        add("kvcache_sidecar_last_success_timestamp_seconds", [target], snap.last_success_wall)
+    add("kvcache_sidecar_config_changes_total", [target], st.config_changes)
+
+
 #: Exported only when the embedded history is on (``history.path``).
 HISTORY_ERRORS = "kvcache_sidecar_history_write_errors_total"
 #: Exported only by a daemon that can reload its configuration (``kv-sidecar run``, ``demo``): not by
@@ -106,14 +121,7 @@ class SidecarCollector(Collector):
         for st in states:
             snap = st.snapshot
             target = st.target.name
-            add("kvcache_sidecar_target_up", [target], 1.0 if snap.up else 0.0)
-            if snap.last_duration_s is not None:
-                add("kvcache_sidecar_scrape_duration_seconds", [target], snap.last_duration_s)
-            for reason, count in st.errors.items():
-                add("kvcache_sidecar_scrape_errors_total", [target, reason], count)
-            if snap.last_success_wall is not None:
-                add("kvcache_sidecar_last_success_timestamp_seconds", [target], snap.last_success_wall)
-            add("kvcache_sidecar_config_changes_total", [target], st.config_changes)
+            _add_target_own(add, st)
 
             fresh = snap.last_success_wall is not None and now - snap.last_success_wall <= staleness_s
             if not fresh:

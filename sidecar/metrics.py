@@ -327,8 +327,18 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "scrapes",
         ("target", "reason"),
         "Failed scrapes by reason: refused, timeout, http_4xx, http_5xx, too_large, invalid_text, empty, "
-        "no_engine_metrics, token_file.",
-        "The reason says where to look: network, vLLM health, the URL, or the body size limit.",
+        "no_engine_metrics, token_file, sample_limit, label_limit, invalid_value, parse_timeout.",
+        "The reason says where to look: network, vLLM health, the URL, or a limit (docs/limits.md).",
+    ),
+    MetricDoc(
+        "kvcache_sidecar_series_dropped_total",
+        "counter",
+        "series",
+        ("target", "reason"),
+        "Series read from the target but not used, by reason: invalid_value (NaN, a negative count, a usage "
+        "outside 0-1), duplicate_series (the whole family), histogram_mismatch (one per histogram), "
+        "label_values (past targets[].label_values_limit). All exported at 0 from the start.",
+        "Rising: the page the target serves is broken or hostile; the sidecar's log names the series.",
     ),
     MetricDoc(
         "kvcache_sidecar_last_success_timestamp_seconds",

@@ -59,6 +59,33 @@ class Observation:
         return self.sleep_state is not None and self.sleep_state != "awake"
 
 
+#: Why an adapter drops a series it read (``kvcache_sidecar_series_dropped_total{reason}``); fixed, so
+#: the counter's cardinality is bounded, and exported at 0 from the start.
+DROP_REASONS: tuple[str, ...] = (
+    "invalid_value",  # not a number it can be: NaN, ±Inf, a negative count, a usage outside 0..1
+    "duplicate_series",  # the same name and labels twice: the whole family is dropped
+    "histogram_mismatch",  # _count differs from the +Inf bucket, buckets fall, or no +Inf bucket
+    "label_values",  # past targets[].label_values_limit distinct values of an exported label
+)
+
+
+class Rejections:
+    """What an adapter dropped from one page: a count per reason, and one example per (reason, field).
+
+    The fields are the adapter's own sample names (a fixed set), so the examples stay bounded
+    whatever the page holds; the daemon logs each (reason, field) when it starts and when it ends.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.examples: dict[tuple[str, str], str] = {}
+
+    def add(self, reason: str, field: str, example: str, n: int = 1) -> None:
+        assert reason in DROP_REASONS, reason
+        self.counts[reason] = self.counts.get(reason, 0) + n
+        self.examples.setdefault((reason, field), example)
+
+
 @dataclass(frozen=True)
 class EngineScrape:
     """What an adapter read from one ``/metrics`` body."""
@@ -66,3 +93,7 @@ class EngineScrape:
     engine_kind: str  # "vllm", later "sglang", "tgi", ...
     generation: str  # metric generation, e.g. "v1-capacity-labels"
     observations: tuple[Observation, ...]
+    #: series dropped, per reason of DROP_REASONS (absent = none)
+    dropped: Mapping[str, int] = field(default_factory=dict)
+    #: (reason, field) -> an example of what was dropped (the value, the labels), for the log
+    rejected: Mapping[tuple[str, str], str] = field(default_factory=dict)

@@ -8,15 +8,16 @@ configuration show it. The settings table (:mod:`sidecar.settings`) gives each s
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from .capacity import CapacityError, parse_memory
+from .files import TOKEN_MAX_BYTES, FileProblem, read_bytes
 from .units import format_duration, format_size, parse_duration, parse_size, prometheus_duration_seconds
 
 
@@ -109,8 +110,8 @@ class Number:
 
     def __call__(self, value: Any) -> Any:
         try:
-            if isinstance(value, bool):
-                raise ValueError
+            if isinstance(value, bool) or (isinstance(value, str) and not value.isascii()):
+                raise ValueError  # float("٣") is 3.0: a value is written with the digits 0-9
             as_float = float(value)
             if not math.isfinite(as_float) or (self.kind is int and not as_float.is_integer()):
                 raise ValueError
@@ -211,12 +212,12 @@ class ModelPath(Text):
     metavar: str = "PATH"
 
     def __call__(self, value: Any) -> str:
-        path = Path(str(value))
-        if not path.exists():
-            raise ValueError(f"{value!r} does not exist (give a config.json or a model directory holding one)")
-        if path.is_dir() and not (path / "config.json").is_file():
-            raise ValueError(f"directory {value!r} holds no config.json")
-        return str(value)
+        """The path as text: whether it exists, and what it holds, is checked with the model
+        (``sidecar.config.model_problems``), where ``run`` may wait for a model still downloading."""
+        text = str(value)
+        if not text.strip():
+            raise ValueError("empty (give a config.json or a model directory holding one)")
+        return text
 
 
 @dataclass(frozen=True)
@@ -243,9 +244,9 @@ def read_bearer_token(path: str) -> str:
     quotes the header, or fail to encode (Kubernetes service-account tokens and most API keys fit).
     """
     try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise ValueError(f"{path!r} cannot be read ({e.strerror or type(e).__name__})") from None
+        raw = read_bytes(path, max_bytes=TOKEN_MAX_BYTES, what="a token file")
+    except FileProblem as e:
+        raise ValueError(f"{path!r} {'; '.join(e.problems)}") from None
     try:
         token = raw.decode("ascii").strip()
     except UnicodeDecodeError:
@@ -275,6 +276,24 @@ class TokenFile(Text):
         return str(value)
 
 
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)", re.ASCII)
+
+
+def _listen_host(host: str) -> bool:
+    """Whether ``host`` (of HOST:PORT) is empty, an IP address (``[v6]``) or a DNS name."""
+    if not host:
+        return True
+    bracketed = host.startswith("[") and host.endswith("]")
+    try:
+        address = ipaddress.ip_address((host[1:-1] if bracketed else host).split("%", 1)[0])
+        return address.version == 6 or not bracketed
+    except ValueError:
+        if bracketed or ":" in host:
+            return False
+    labels = host.removesuffix(".").split(".")
+    return len(host) <= 253 and not labels[-1].isdigit() and all(_HOST_LABEL.fullmatch(label) for label in labels)
+
+
 @dataclass(frozen=True)
 class ListenAddress(Text):
     """``HOST:PORT`` (``:9437`` = every interface; port 0 = any free port)."""
@@ -282,12 +301,22 @@ class ListenAddress(Text):
     metavar: str = "HOST:PORT"
 
     def __call__(self, value: Any) -> str:
+        """The address as given, when ``run`` can listen on it: ASCII digits for the port (``int()``
+        reads "٩٤٣٧" too, the socket does not), and a host that is empty, an IP address (IPv6 in
+        brackets) or a DNS name."""
         listen = str(value)
-        _, sep, port = listen.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"{listen!r} is not HOST:PORT (use e.g. :9437 or 127.0.0.1:9437)")
+        host, sep, port = listen.rpartition(":")
+        if not sep or not (port.isascii() and port.isdigit()) or len(port) > 5:
+            raise ValueError(
+                f"{listen!r} is not HOST:PORT with a port of digits 0-9 (use e.g. :9437 or 127.0.0.1:9437)"
+            )
         if int(port) > 65535:
             raise ValueError(f"port {port} is out of range (0-65535; 0 = any free port)")
+        if not _listen_host(host):
+            raise ValueError(
+                f"{host!r} is not a host to listen on: leave it empty for every interface, or give an IP "
+                "address (IPv6 in brackets: [::1]:9437) or a host name"
+            )
         return listen
 
 

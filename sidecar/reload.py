@@ -23,12 +23,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
-import stat
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
+from . import files
 from .config import Config, ConfigError
 from .units import format_duration
 from .webconfig import WebConfig
@@ -37,8 +36,8 @@ log = logging.getLogger("kv_sidecar.reload")
 
 #: How often the watched files are read when ``--config.auto-reload-interval`` is not given.
 DEFAULT_WATCH_INTERVAL_S = 5.0
-#: A watched file is hashed up to this size (a configuration is a few kilobytes).
-MAX_WATCHED_BYTES = 64 * 2**20
+#: A watched file is hashed up to this size: the most a configuration file may hold.
+MAX_WATCHED_BYTES = files.YAML_MAX_BYTES
 
 #: Settings a running daemon cannot change: (field, its value in a Config, why).
 RESTART_ONLY: tuple[tuple[str, Callable[[Config], object], str], ...] = (
@@ -77,18 +76,15 @@ class Sources:
 def fingerprint(path: str) -> str:
     """A digest of the file's content as the path reads now (symlinks followed), or why it cannot be read.
 
-    Only a regular file is read (a FIFO would block the poll), up to :data:`MAX_WATCHED_BYTES`.
+    Read as the configuration is (:func:`sidecar.files.read_bytes`): a regular file only, without
+    blocking (a FIFO would block the poll), up to :data:`MAX_WATCHED_BYTES`; a larger file's
+    fingerprint is its size, which the configuration refuses anyway.
     """
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            return "not a regular file"
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            digest.update(f.read(MAX_WATCHED_BYTES))
-        return digest.hexdigest()
-    except OSError as e:
-        return f"unreadable: {e.strerror or e}"
+        content = files.read_bytes(path, max_bytes=MAX_WATCHED_BYTES, what="a configuration file")
+    except files.FileProblem as e:
+        return "not a regular file" if e.reason.endswith("not a regular file") else f"unreadable: {e.reason}"
+    return hashlib.sha256(content).hexdigest()
 
 
 def restart_problems(old: Config, new: Config, old_web: WebConfig, new_web: WebConfig) -> list[str]:

@@ -30,22 +30,30 @@ REASONS: tuple[str, ...] = (
     "empty",  # 200 with an empty body
     "no_engine_metrics",  # 200 with text, but no family of the target's engine
     "token_file",  # targets[].bearer_token_file missing or not one token: nothing was sent
+    "sample_limit",  # more sample lines of the families read than targets[].sample_limit
+    "label_limit",  # a series read past targets[].label_limit or a label length limit
+    "invalid_value",  # a number the capacity stands on cannot be one (vllm:cache_config_info)
+    "parse_timeout",  # the page was fetched but not read within the rest of targets[].timeout
 )
 
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 
 
 class ScrapeFailed(Exception):
-    def __init__(self, reason: str, detail: str):
+    """A failed scrape: its reason (one of :data:`REASONS`), a detail for the log, and the field at
+    fault when there is one (a run of failures is logged again when the reason or the field changes)."""
+
+    def __init__(self, reason: str, detail: str, field: str | None = None):
         assert reason in REASONS, reason
         self.reason = reason
         self.detail = detail
+        self.field = field
         super().__init__(f"{reason}: {detail}")
 
 
 @dataclass(frozen=True)
 class Fetched:
-    body: bytes
+    body: bytes | bytearray
     duration_s: float
     #: The simulator's ``X-Simulated-Time`` header, when present.
     simulated_time: float | None
@@ -133,24 +141,24 @@ async def _fetch(transport: httpx.AsyncHTTPTransport, target: TargetConfig, star
         declared = response.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
             raise ScrapeFailed("too_large", f"Content-Length {declared} > limit {limit}")
-        chunks: list[bytes] = []
+        body = bytearray()  # grown in place: no second copy of a large page for a join
         size = 0
         async for chunk in response.stream:  # type: ignore[union-attr]
             size += len(chunk)
             if size > limit:
                 raise ScrapeFailed("too_large", f"body exceeds the limit of {limit} bytes")
-            chunks.append(chunk)
+            body += chunk
         sim = response.headers.get("x-simulated-time")
         try:
             sim_time = float(sim) if sim is not None else None
         except ValueError:
             sim_time = None
-        return Fetched(_decompress(response, b"".join(chunks)), time.perf_counter() - start, sim_time)
+        return Fetched(_decompress(response, body), time.perf_counter() - start, sim_time)
     finally:
         await response.aclose()
 
 
-def _decompress(response: httpx.Response, body: bytes) -> bytes:
+def _decompress(response: httpx.Response, body: bytearray) -> bytearray:
     """The body as sent. We never ask for compression (no Accept-Encoding), so a compressed answer
     comes from something in between; it is refused rather than inflated past the size limit."""
     encoding = response.headers.get("content-encoding", "identity").lower()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from .config import TargetConfig
 from .derive import Derived, derive
-from .observation import EngineScrape, Observation
+from .observation import DROP_REASONS, EngineScrape, Observation
 from .scrape import REASONS
 
 log = logging.getLogger("kv_sidecar.state")
@@ -49,6 +49,10 @@ class TargetState:
     #: Seconds of history kept per key (the longest window any derivation reads).
     history_s: float
     errors: dict[str, int] = field(default_factory=lambda: {r: 0 for r in REASONS})
+    #: series the adapter dropped, by reason (observation.DROP_REASONS), all at 0 from the start
+    dropped: dict[str, int] = field(default_factory=lambda: {r: 0 for r in DROP_REASONS})
+    #: (reason, field) of the series being dropped now -> scrapes in a row: logged when it starts and ends
+    rejecting: dict[tuple[str, str], int] = field(default_factory=dict)
     config_changes: int = 0
     history: dict[ModelEngine, History] = field(default_factory=dict)
     last_cache_config: dict[str, Mapping[str, str]] = field(default_factory=dict)  # per engine
@@ -57,6 +61,10 @@ class TargetState:
     last_tick_monotonic: float | None = None
     #: reason of the current run of failures (None after a success): logs say a failure once, not every scrape
     failing_reason: str | None = None
+    #: the field at fault in the current run of failures (a change of field is logged again)
+    failing_field: str | None = None
+    #: failed scrapes in the current run (the recovery's log line says how many)
+    failing_count: int = 0
     #: (layer, key) whose exception was already logged: once each, not at every scrape
     reported_layer_failures: set[tuple[str, ModelEngine]] = field(default_factory=set)
 
@@ -80,6 +88,7 @@ def ingest_success(
     extenders: tuple[Extender, ...] = (),
 ) -> None:
     """Record one good scrape and recompute the target's derived gauges."""
+    _note_rejections(state, scrape)
     present: set[ModelEngine] = set()
     for obs in scrape.observations:
         obs = _intern_cache_config(state, obs)
@@ -96,6 +105,7 @@ def ingest_success(
             forget = getattr(extend, "forget", None)
             if forget is not None:
                 forget((state.target.name,) + gone)
+    _prune(state, present)
     derived: dict[ModelEngine, Derived] = {}
     extra: dict[ModelEngine, Mapping[str, object]] = {}
     for key, hist in state.history.items():
@@ -108,7 +118,8 @@ def ingest_success(
             except Exception:  # a layer's bug or an odd input must not cost the base gauges
                 _log_layer_failure(state, extend, key)
         extra[key] = merged
-    state.failing_reason = None
+    state.failing_reason = state.failing_field = None
+    state.failing_count = 0
     state.snapshot = Snapshot(
         up=True,
         last_success_wall=wall_time,
@@ -119,6 +130,41 @@ def ingest_success(
         extra=extra,
         cache_configs={k: h[-1][1].cache_config for k, h in state.history.items()},
     )
+
+
+def _prune(state: TargetState, present: set[ModelEngine]) -> None:
+    """Forget what was kept per engine for the engines that are gone (engines come and go with restarts)."""
+    engines = {engine for _, engine in present}
+    for engine in [e for e in state.last_cache_config if e not in engines]:
+        del state.last_cache_config[engine]
+    state.reported_layer_failures = {tag for tag in state.reported_layer_failures if tag[1] in present}
+
+
+def _note_rejections(state: TargetState, scrape: EngineScrape) -> None:
+    """Count the series the adapter dropped; log each (reason, field) when it starts and when it ends."""
+    for reason, n in scrape.dropped.items():
+        state.dropped[reason] += n
+    current = scrape.rejected
+    for cond, example in current.items():
+        if cond not in state.rejecting:
+            state.rejecting[cond] = 0
+            log.warning(
+                "series dropped target=%s reason=%s field=%s example=%s (logged again when it ends)",
+                state.target.name,
+                cond[0],
+                cond[1],
+                example,
+            )
+        state.rejecting[cond] += 1
+    for cond in [c for c in state.rejecting if c not in current]:
+        scrapes = state.rejecting.pop(cond)
+        log.info(
+            "series no longer dropped target=%s reason=%s field=%s after %d scrapes",
+            state.target.name,
+            cond[0],
+            cond[1],
+            scrapes,
+        )
 
 
 def _log_layer_failure(state: TargetState, extend: object, key: ModelEngine) -> None:

@@ -5,8 +5,13 @@ from __future__ import annotations
 import math
 import re
 
+#: The longest duration a setting takes (ten years; ``config.duration`` in ``sidecar.limits``).
+MAX_DURATION_S = 10 * 365 * 86400.0
+#: The largest size a setting takes (1 PiB; ``config.size`` in ``sidecar.limits``).
+MAX_SIZE = 1 << 50
+
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)", re.ASCII)
 
 _SIZE_UNITS = {
     "": 1,
@@ -20,7 +25,7 @@ _SIZE_UNITS = {
     "gib": 2**30,
     "tib": 2**40,
 }
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$", re.ASCII)
 
 
 def parse_duration(value: object) -> float:
@@ -33,7 +38,7 @@ def parse_duration(value: object) -> float:
     if isinstance(value, (int, float)):
         if not math.isfinite(value):
             raise ValueError(f"not a duration: {value!r} (use e.g. 5s, 1m30s, 500ms)")
-        return float(value)
+        return _bounded_duration(float(value), value)
     text = str(value).strip()
     if text.startswith("-") and text[1:2].isdigit():
         raise ValueError(f"must be positive, got {value!r} (use e.g. 5s, 1m30s, 500ms)")
@@ -45,13 +50,22 @@ def parse_duration(value: object) -> float:
         pos = m.end()
     if pos != len(text) or not text:
         raise ValueError(f"not a duration: {value!r} (use e.g. 5s, 1m30s, 500ms)")
-    return total
+    return _bounded_duration(total, value)
+
+
+def _bounded_duration(seconds: float, value: object) -> float:
+    if seconds > MAX_DURATION_S:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(f"{shown} is longer than ten years, the longest duration a setting takes")
+    return seconds
 
 
 # Prometheus' own duration syntax (model.ParseDuration): units in this order, integers only. Rule
 # files need exactly this (`promtool check rules` rejects "1.5m" or "30s1m"); the sidecar's own
 # settings accept the looser parse_duration above.
-_PROM_DURATION_RE = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
+_PROM_DURATION_RE = re.compile(
+    r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$", re.ASCII
+)
 _PROM_DURATION_UNITS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
 
 
@@ -81,11 +95,17 @@ def parse_size(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError(f"not a size: {value!r} (use e.g. 16MiB, 1GB, 1048576)")
     if isinstance(value, int):
-        return value
-    m = _SIZE_RE.match(str(value))
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise ValueError(f"not a size: {value!r} (use e.g. 16MiB, 1GB, 1048576)")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+        size = value
+    else:
+        m = _SIZE_RE.match(str(value))
+        if not m or m.group(2).lower() not in _SIZE_UNITS:
+            raise ValueError(f"not a size: {value!r} (use e.g. 16MiB, 1GB, 1048576)")
+        number = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+        size = int(number) if number <= MAX_SIZE else MAX_SIZE + 1
+    if size > MAX_SIZE:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(f"{shown} is more than 1PiB, the largest size a setting takes")
+    return size
 
 
 def format_size(size: int) -> str:

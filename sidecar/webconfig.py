@@ -42,6 +42,7 @@ from typing import Any
 
 import bcrypt
 
+from . import files
 from .config import ConfigError, did_you_mean, read_yaml
 
 log = logging.getLogger("kv_sidecar.web")
@@ -379,13 +380,17 @@ def _no_password() -> bytes:
     raise _NoPassword
 
 
+#: The largest certificate, key or CA bundle read (a CA bundle of every public root is about 250 KiB).
+PEM_MAX_BYTES = 4 << 20
+
+
 def _readable(path: str) -> str | None:
-    """Why ``path`` cannot be read (None when it can)."""
+    """Why ``path`` cannot be read (None when it can): a regular file of at most :data:`PEM_MAX_BYTES`,
+    checked without blocking (OpenSSL, which reads it next, would wait on a FIFO forever)."""
     try:
-        with open(path, "rb") as f:
-            f.read(1)
-    except OSError as e:
-        return e.strerror or str(e)
+        files.read_bytes(path, max_bytes=PEM_MAX_BYTES, what="a PEM file")
+    except files.FileProblem as e:
+        return e.reason
     return None
 
 
@@ -504,16 +509,10 @@ class TLSCertificates:
                 log.info("TLS certificate reloaded cert_file=%s", self.settings.cert_file)
             return self._context
 
-    def wrap(self, sock: Any) -> ssl.SSLSocket:
-        """Handshake on an accepted socket (at most :data:`HANDSHAKE_TIMEOUT_S`); raises OSError when it fails."""
-        sock.settimeout(HANDSHAKE_TIMEOUT_S)
-        conn = self.context().wrap_socket(sock, server_side=True)
-        if self.settings.client_allowed_sans and not _allowed(
-            conn.getpeercert() or {}, self.settings.client_allowed_sans
-        ):
-            conn.close()
-            raise ssl.SSLError("the client certificate has none of client_allowed_sans")
-        return conn
+    def allows(self, peer_certificate: Mapping[str, Any] | None) -> bool:
+        """Whether a verified client certificate passes ``client_allowed_sans`` (always, without it)."""
+        allowed = self.settings.client_allowed_sans
+        return not allowed or _allowed(peer_certificate or {}, allowed)
 
 
 def _allowed(cert: Mapping[str, Any], allowed: tuple[str, ...]) -> bool:

@@ -22,7 +22,7 @@ def test_defaults_are_the_documented_ones():
     assert c.listen_address == ":9437"
     assert c.scrape_interval_s == 5.0
     assert t.timeout_s == pytest.approx(4.0)  # 0.8 x interval
-    assert t.body_size_limit_bytes == 16 * 2**20
+    assert t.body_size_limit_bytes == 4 * 2**20
     assert c.staleness_s == 60.0  # max(3 x 5s, 60s)
     assert c.derive_window_s == 300.0
     assert (c.thresholds.watermark, c.thresholds.warning, c.thresholds.target_usage) == (0.9, 0.8, 0.75)
@@ -300,3 +300,44 @@ def test_help_shows_every_default():
         "(default: logfmt)",
     ):
         assert default in out
+
+
+@pytest.mark.parametrize(
+    "listen", [":9437", "127.0.0.1:9437", "[::1]:9437", "[::]:0", "::1:9437", "localhost:9437", "pod-0.svc.local:9437"]
+)
+def test_listen_addresses_run_can_use_are_accepted(listen):
+    assert load_config(None, env={}, flags={("web", "listen_address"): listen}).listen_address == listen
+
+
+@pytest.mark.parametrize(
+    ("listen", "words"),
+    [
+        (":٩٤٣٧", "digits 0-9"),  # int() reads Arabic-Indic digits; the socket does not
+        ("127.0.0.1:", "HOST:PORT"),
+        ("127.0.0.1:0009437", "HOST:PORT"),
+        (":65536", "out of range"),
+        ("my host:9437", "not a host"),
+        ("[127.0.0.1]:9437", "not a host"),
+        ("[::1:9437", "not a host"),
+        ("-bad-.example:9437", "not a host"),
+        ("300.1.1.1:9437", "not a host"),
+    ],
+)
+def test_listen_addresses_run_could_not_use_are_refused_with_the_fix(listen, words):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, env={}, flags={("web", "listen_address"): listen})
+    (problem,) = e.value.problems
+    assert problem.startswith("web.listen_address (from --web.listen-address): ") and words in problem
+
+
+def test_a_model_config_that_is_not_there_yet_is_a_problem_unless_run_waits_for_it(tmp_path):
+    flags = {("model", "config"): str(tmp_path / "downloading")}
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(None, env={}, flags=flags)
+    assert load_config(None, env={}, flags=flags, model_missing_ok=True).model.config == str(tmp_path / "downloading")
+    (tmp_path / "downloading").mkdir()
+    (tmp_path / "downloading" / "config.json").write_text('{"architectures": ["X"], "num_hidden_layers": 1e9}')
+    with pytest.raises(ConfigError) as e:  # once there, it is checked as strictly by both
+        load_config(None, env={}, flags=flags, model_missing_ok=True)
+    assert "num_hidden_layers: 1000000000.0 is not a whole number from 1 to 1024" in e.value.problems[0]
+    assert e.value.problems[0].startswith(f"model.config (from --model.config): {tmp_path / 'downloading'}")

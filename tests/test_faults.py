@@ -374,7 +374,7 @@ def test_a_bad_token_file_is_counted_never_sent_and_never_logged(server, tmp_pat
 
 
 def test_a_page_of_too_many_engines_is_refused_whole(h, server):
-    # Under the byte limit, but 257 (model, engine) pairs: not one inference server (daemon.MAX_ENGINES_PER_TARGET)
+    # Under the byte limit, but 257 (model, engine) pairs: not one inference server (targets[].engine_limit)
     page = "".join(f'vllm:kv_cache_usage_perc{{engine="{i}",model_name="m"}} 0.5\n' for i in range(257))
     server.behaviour = ok(page.encode())
     h.scrape()

@@ -67,3 +67,18 @@ vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="local_compu
     (obs,) = vllm.normalise(vllm_parser().samples(text)).observations
     assert obs.requests_waiting is None and obs.prompt_tokens is None
     assert obs.requests_waiting_by_reason == {"capacity": 3.0}
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_both_ways_of_keeping_lines_keep_what_the_regex_keeps(path, monkeypatch):
+    # a page up to SPLIT_MAX_CHARS is split and filtered by name, a larger one scanned by the regex
+    text = path.read_text()
+    text += 'vllm:kv_cache_usage_perc_x{a="1"} 1\nvllm:kv_cache_usage_perc 0.5\nvllm:kv_cache_usage_perc\t0.5\n'
+    text += ' vllm:kv_cache_usage_perc{engine="0"} 0.5\nvllm:kv_cache_usage_perc{engine="0"} 0.5\r\n'
+    expected = PATTERN.findall(text)
+    assert vllm_parser().lines(text) == expected
+    monkeypatch.setattr(parse, "SPLIT_MAX_CHARS", 0)
+    assert vllm_parser().lines(text) == expected
+    assert vllm_parser().lines(text, sample_limit=len(expected)) == expected
+    with pytest.raises(parse.LimitExceeded):
+        vllm_parser().lines(text, sample_limit=len(expected) - 1)

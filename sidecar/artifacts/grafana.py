@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..files import TOKEN_MAX_BYTES, FileProblem, read_text
 from .params import DASHBOARD_FOLDER_TITLE, DASHBOARD_FOLDER_UID
 
 PROG = "kv-sidecar dashboards push"
@@ -288,9 +289,9 @@ def read_token(token_file: str | None, environ: Mapping[str, str]) -> tuple[str,
     if token_file:
         source = f"--token-file {token_file}"
         try:
-            token = Path(token_file).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as e:
-            raise PushError(f"cannot read {source}: {getattr(e, 'strerror', None) or e}", exit_code=2) from e
+            token = read_text(token_file, max_bytes=TOKEN_MAX_BYTES, what="a token file").strip()
+        except FileProblem as e:
+            raise PushError(f"cannot read {source}: {e.reason}", exit_code=2) from None
         if not token:
             raise PushError(f"{source} is empty", exit_code=2)
     else:

@@ -59,11 +59,11 @@ EXAMPLE_VLLM_CONTAINER = "vllm"
 #: Requests and limits of the sidecar, measured: ``bench/memory.py`` (10,000 scrape -> export cycles,
 #: 14 simulated hours with the capacity model and the forecast on) settles at 39.9 MiB resident, and a
 #: real ``kv-sidecar run`` (HTTP server, scheduler, history on) peaked at 41.8 MiB over 150 scrapes. The
-#: request is that plus 15 %. The limit adds room for one answer of vLLM at ``body_size_limit`` (16 MiB,
-#: held as bytes, as text and while parsed: about 3 x 16 MiB) and the allocator's slack: 128Mi, three
-#: times the steady figure. ``bench/scrape_cycle.py``: 2.6 ms of CPU per 5 s cycle, so 10m is twenty
-#: times what it uses; no CPU limit, so a scrape is never throttled by CFS quotas. Native-sidecar
-#: requests add to the pod's, which is why they stay small.
+#: request is that plus 15 %. The limit adds room for one answer of vLLM at ``body_size_limit`` (4 MiB,
+#: held as bytes, as text, as kept lines and as samples while it is read: about 5 x 4 MiB) and the
+#: allocator's slack: 128Mi, three times the steady figure. ``bench/scrape_cycle.py``: 2.6 ms of CPU per
+#: 5 s cycle, so 10m is twenty times what it uses; no CPU limit, so a scrape is never throttled by CFS
+#: quotas. Native-sidecar requests add to the pod's, which is why they stay small.
 SIDECAR_RESOURCES: dict[str, Any] = {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}}
 
 REPORT_NAME = "kv-cache-sidecar-report"

@@ -38,7 +38,7 @@ from .budget import (
     parse_memory,
     weights_bytes,
 )
-from .config import ModelSpec, load_model, resolve_text_config, spec_from_dict
+from .config import ModelFileMissing, ModelSpec, load_model, resolve_text_config, spec_from_dict
 from .dtypes import served_dtype
 from .errors import CapacityError
 from .inverse import blocks_for, inflection_context_length, required_kv_cache_memory_bytes, required_utilization
@@ -48,6 +48,7 @@ from .layout import KVGroup, KVLayout, get_pp_indices, kv_layout
 __all__ = [
     "Budget",
     "CapacityError",
+    "ModelFileMissing",
     "GPU_TOTAL_GIB",
     "KVGroup",
     "KVLayout",

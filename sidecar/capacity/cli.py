@@ -135,10 +135,10 @@ def _optional_int(value: str | None, flag: str) -> int | None:
 
 def _int(value: str, flag: str) -> int:
     """A whole-number flag, at least 1 (``1_000`` and ``1,000`` accepted)."""
-    try:
-        number = int(str(value).replace("_", "").replace(",", ""))
-    except ValueError:
-        raise CapacityError(f"{flag}: {value!r} is not a whole number") from None
+    text = str(value).replace("_", "").replace(",", "")
+    if not (text.isascii() and text.lstrip("+-").isdigit()) or len(text) > 20:  # int() reads "٨" and 5,000 digits
+        raise CapacityError(f"{flag}: {value!r} is not a whole number (write it with the digits 0-9)")
+    number = int(text)
     if number < 1:
         raise CapacityError(f"{flag}: must be at least 1, got {number}")
     return number
@@ -150,10 +150,10 @@ def _int_list(value: str, flag: str) -> list[int]:
         raise CapacityError(f"{flag}: give a comma-separated list such as 4096,16384")
     parsed = []
     for item in items:
-        try:
-            number = int(item.lower().removesuffix("k")) * (1024 if item.lower().endswith("k") else 1)
-        except ValueError:
-            raise CapacityError(f"{flag}: {item!r} is not a whole number (write 4096 or 4k)") from None
+        digits = item.lower().removesuffix("k")
+        if not (digits.isascii() and digits.isdigit()) or len(digits) > 12:
+            raise CapacityError(f"{flag}: {item!r} is not a whole number (write 4096 or 4k)")
+        number = int(digits) * (1024 if item.lower().endswith("k") else 1)
         if number < 1:
             raise CapacityError(f"{flag}: {item!r} must be at least 1")
         parsed.append(number)
@@ -162,6 +162,8 @@ def _int_list(value: str, flag: str) -> list[int]:
 
 def _fraction(value: str, flag: str) -> float:
     try:
+        if not str(value).isascii():
+            raise ValueError  # float("٠.٩") is 0.9
         number = float(value)
     except ValueError:
         raise CapacityError(f"{flag}: {value!r} is not a number between 0 and 1") from None
@@ -169,11 +171,12 @@ def _fraction(value: str, flag: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Compute and print the table; 0 on success, 2 on bad input (one line on stderr)."""
+    """Compute and print the table; 0 on success, 2 on bad input (one line per problem on stderr)."""
     try:
         text = table_text(args)
     except CapacityError as exc:
-        print(f"kv-sidecar capacity: error: {exc}", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"kv-sidecar capacity: error: {problem}", file=sys.stderr)
         return 2
     sys.stdout.write(text)
     return 0

@@ -8,12 +8,13 @@ Sources: vLLM ``vllm/config/model.py`` ``ModelConfig`` (``hf_text_config``,
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import files
+from ..limits import LIMITS, OutOfRange, finite_number, whole_number
 from .errors import CapacityError
 
 #: Where multimodal / composite configs keep the language model's config, in
@@ -95,44 +96,60 @@ class ModelSpec:
         return default if value is None else value
 
 
+class ModelFileMissing(CapacityError):
+    """``model.config`` names no file yet (a model still downloading): ``run`` waits for it, others refuse."""
+
+
 def load_model(path: str | Path) -> ModelSpec:
     """Load ``config.json`` (a file, or a model directory holding one).
 
     A ``model.safetensors.index.json`` beside it, when present, gives the
-    exact weight size (its ``metadata.total_size``).
+    exact weight size (its ``metadata.total_size``). Both are read by
+    :func:`sidecar.files.read_json` (a regular file, at most 16 MiB and 64 MiB,
+    nesting bounded); every field KV sizing reads is checked by :func:`spec_from_dict`.
+    Raises :class:`ModelFileMissing` when there is no such file, :class:`CapacityError` otherwise.
     """
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    if not p.is_file():
-        raise CapacityError(
+    if not p.exists():
+        raise ModelFileMissing(
             f"--model-config: {path}: no such file (give a config.json or a model directory holding one)"
         )
     try:
-        config = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CapacityError(f"--model-config: {p}: cannot read it ({exc.__class__.__name__}: {exc})") from None
-    except json.JSONDecodeError as exc:
-        raise CapacityError(f"--model-config: {p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        config = files.read_json(str(p), max_bytes=files.JSON_MAX_BYTES, what="a model's config.json")
+    except files.FileProblem as exc:
+        raise CapacityError(*(f"--model-config: {p}: {problem}" for problem in exc.problems)) from None
     if not isinstance(config, dict):
         raise CapacityError(f"--model-config: {p}: expected a JSON object (a model's config.json)")
     total = _safetensors_total_size(p.parent / "model.safetensors.index.json")
-    return spec_from_dict(config, source=str(p), safetensors_total_bytes=total)
+    try:
+        return spec_from_dict(config, source=str(p), safetensors_total_bytes=total)
+    except CapacityError as exc:
+        raise CapacityError(
+            *(f"--model-config: {p}: {problem.removeprefix('config.json: ')}" for problem in exc.problems)
+        ) from None
+
+
+#: The largest model.safetensors.index.json metadata.total_size taken: 1 PiB of weights.
+_MAX_WEIGHT_BYTES = 1 << 50
 
 
 def _safetensors_total_size(index: Path) -> int | None:
-    if not index.is_file():
+    if not index.exists():
         return None
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-        total = int(data["metadata"]["total_size"])
-    except (OSError, ValueError, KeyError, TypeError):
-        raise CapacityError(
-            f"{index}: metadata.total_size: missing or not a number (fix or remove the index file)"
-        ) from None
-    if total <= 0:
-        raise CapacityError(f"{index}: metadata.total_size: must be > 0, got {total}")
-    return total
+        data = files.read_json(str(index), max_bytes=files.INDEX_MAX_BYTES, what="model.safetensors.index.json")
+    except files.FileProblem as exc:
+        raise CapacityError(*(f"{index}: {p} (fix or remove the index file)" for p in exc.problems)) from None
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    raw = meta.get("total_size") if isinstance(meta, dict) else None
+    if raw is None:
+        raise CapacityError(f"{index}: metadata.total_size: missing or not a number (fix or remove the index file)")
+    try:
+        return whole_number(raw, "metadata.total_size", low=1, high=_MAX_WEIGHT_BYTES)
+    except OutOfRange as exc:
+        raise CapacityError(f"{index}: {exc} (fix or remove the index file)") from None
 
 
 def resolve_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -169,12 +186,176 @@ def _first(text: Mapping[str, Any], *keys: str) -> Any:
 
 
 def _positive_int(text: Mapping[str, Any], keys: tuple[str, ...], hint: str) -> int:
+    """The first of ``keys`` present (already range-checked by :func:`shape_problems`)."""
     value = _first(text, *keys)
     if value is None:
         raise CapacityError(f"config.json: {keys[0]}: missing ({hint})")
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise CapacityError(f"config.json: {keys[0]}: must be a positive integer, got {value!r}")
-    return value
+    return int(value)
+
+
+#: The bound of each numeric field KV sizing reads (a row of :data:`sidecar.limits.LIMITS`) and its
+#: lowest value. A field outside its range is refused with its name, before any arithmetic.
+_BOUND = {limit.key: int(limit.default) for limit in LIMITS if limit.key.startswith("model.")}
+_FIELDS: dict[str, tuple[str, int]] = {
+    **{k: ("model.layers", 1) for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers")},
+    **{k: ("model.layers", 1) for k in ("full_attention_interval", "nope_layer_interval", "sliding_window_pattern")},
+    **{k: ("model.layers", 0) for k in ("first_k_dense_replace", "max_window_layers")},
+    **{
+        k: ("model.heads", 1)
+        for k in (
+            "num_attention_heads",
+            "n_head",
+            "num_heads",
+            "n_head_kv",
+            "num_kv_heads",
+            "num_key_value_heads",
+            "multi_query_group_num",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+        )
+    },
+    **{
+        k: ("model.head_dim", 1)
+        for k in (
+            "head_dim",
+            "hidden_size_per_head",
+            "kv_lora_rank",
+            "qk_rope_head_dim",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_conv_kernel_dim",
+        )
+    },
+    **{k: ("model.head_dim", 0) for k in ("qk_nope_head_dim", "v_head_dim")},
+    **{k: ("model.width", 1) for k in ("hidden_size", "n_embd", "d_model", "q_lora_rank")},
+    **{k: ("model.width", 1) for k in ("intermediate_size", "ffn_hidden_size", "n_inner", "moe_intermediate_size")},
+    "shared_expert_intermediate_size": ("model.width", 0),
+    **{k: ("model.vocab", 1) for k in ("vocab_size", "padded_vocab_size")},
+    **{
+        k: ("model.context", 1)
+        for k in (
+            "max_position_embeddings",
+            "n_positions",
+            "max_seq_len",
+            "seq_length",
+            "max_sequence_length",
+            "attention_chunk_size",
+        )
+    },
+    **{k: ("model.experts", 0) for k in ("n_routed_experts", "num_local_experts", "num_experts")},
+    **{k: ("model.experts", 0) for k in ("num_experts_per_tok", "n_shared_experts")},
+}
+#: What to say after a value out of its range: the bound is what real models have.
+_WHY = {
+    "model.layers": "no real model has more than 126 layers",
+    "model.heads": "no real model has more than 232 heads",
+    "model.head_dim": "real heads are 64-576 wide",
+    "model.width": "no real model is wider than 73,728",
+    "model.vocab": "no real vocabulary holds more than 262,208 tokens",
+    "model.context": "no real context is longer than 10,485,760 tokens",
+    "model.experts": "no real model has more than 384 experts",
+}
+
+
+def _check(value: Any, key: str, limit: str, low: int, problems: list[str]) -> int | None:
+    """``value`` as a whole number within ``limit``'s bound, or None with the problem appended.
+
+    Text is refused: no real config.json quotes a count, and transformers would not read one either.
+    """
+    try:
+        if isinstance(value, str):
+            raise OutOfRange(key, value, f"a whole number from {low} to {_BOUND[limit]}")
+        return whole_number(value, key, low=low, high=_BOUND[limit])
+    except OutOfRange as exc:
+        problems.append(f"config.json: {exc} ({_WHY[limit]}: is this the model's own config.json?)")
+        return None
+
+
+def _checked_fields(text: Mapping[str, Any], problems: list[str]) -> dict[str, int]:
+    """Every numeric field of :data:`_FIELDS` that ``text`` holds (not null), range-checked."""
+    out: dict[str, int] = {}
+    for key, (limit, low) in _FIELDS.items():
+        if text.get(key) is None:
+            continue
+        number = _check(text[key], key, limit, low, problems)
+        if number is not None:
+            out[key] = number
+    window = text.get("sliding_window")
+    for i, item in enumerate(window if isinstance(window, list) else [window]):
+        if item is not None and not (item is False and isinstance(window, list)):
+            where = f"sliding_window[{i}]" if isinstance(window, list) else "sliding_window"
+            _check(item, where, "model.context", 1, problems)
+    attn = text.get("attn_config")
+    if isinstance(attn, Mapping) and attn.get("kv_n_heads") is not None:
+        _check(attn["kv_n_heads"], "attn_config.kv_n_heads", "model.heads", 1, problems)
+    quant = text.get("quantization_config")
+    if isinstance(quant, Mapping):
+        for key in ("bits", "w_bit"):
+            if quant.get(key) is not None:
+                try:
+                    finite_number(quant[key], f"quantization_config.{key}", low=1, high=64)
+                except OutOfRange as exc:
+                    problems.append(f"config.json: {exc} (weights are 1 to 64 bits wide)")
+    return out
+
+
+def _text_fields(text: Mapping[str, Any], config: Mapping[str, Any], problems: list[str]) -> None:
+    """``architectures`` is a list of names, ``model_type`` a name, ``layer_types`` a list."""
+    for where, node in (("", config), ("text config: ", text)):
+        arch = node.get("architectures")
+        if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):
+            problems.append(f"config.json: {where}architectures: must be a list of class names, got {arch!r:.40}")
+        kind = node.get("model_type")
+        if kind is not None and not isinstance(kind, str):
+            problems.append(f"config.json: {where}model_type: must be a name such as 'llama', got {kind!r:.40}")
+        if node is text:
+            break
+    layer_types = text.get("layer_types")
+    if layer_types is not None and not isinstance(layer_types, list):
+        problems.append(f"config.json: layer_types: must be a list of layer kinds, got {layer_types!r:.40}")
+
+
+def shape_problems(config: Mapping[str, Any]) -> list[str]:
+    """Every problem of a parsed config.json that KV sizing would trip over (see :func:`_validated`)."""
+    return _validated(config)[1]
+
+
+def _validated(config: Mapping[str, Any]) -> tuple[dict[str, int], list[str]]:
+    """The numeric fields KV sizing reads, checked, and every problem of the config, in one pass.
+
+    Each numeric field it reads is a whole number within the bound of its :data:`sidecar.limits.LIMITS`
+    row (``model.layers``, ``model.heads``, ...); and the shape can exist: KV heads at most the
+    attention heads and dividing them, ``hidden_size`` at least the head count. Returns the checked
+    fields as ints and the problems (``[]`` when sound).
+    """
+    problems: list[str] = []
+    text = resolve_text_config(config)
+    _text_fields(text, config, problems)
+    if problems:
+        return {}, problems
+    fields = _checked_fields(text, problems)
+    heads = next((fields[k] for k in ("num_attention_heads", "n_head", "num_heads") if k in fields), None)
+    hidden = next((fields[k] for k in ("hidden_size", "n_embd", "d_model") if k in fields), None)
+    kv = next(
+        (
+            fields[k]
+            for k in ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
+            if k in fields
+        ),
+        None,
+    )
+    if heads is not None and hidden is not None and hidden < heads:
+        problems.append(
+            f"config.json: hidden_size: {hidden} is smaller than num_attention_heads {heads} "
+            "(every head is at least one element wide: is this the model's own config.json?)"
+        )
+    if heads is not None and kv is not None and not is_mla_config(text) and (kv > heads or heads % kv):
+        relation = "is more than" if kv > heads else "does not divide"
+        problems.append(
+            f"config.json: num_key_value_heads: {kv} {relation} num_attention_heads {heads} "
+            "(each KV head serves a whole group of attention heads: is this the model's own config.json?)"
+        )
+    return fields, problems
 
 
 def is_mla_config(text: Mapping[str, Any]) -> bool:
@@ -203,9 +384,7 @@ def total_kv_heads(text: Mapping[str, Any], num_attention_heads: int) -> int:
     value = _first(text, "n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
     if value is None:
         return num_attention_heads
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise CapacityError(f"config.json: num_key_value_heads: must be a positive integer, got {value!r}")
-    return value
+    return int(value)
 
 
 def head_size(text: Mapping[str, Any], hidden_size: int, num_attention_heads: int) -> int:
@@ -220,17 +399,21 @@ def head_size(text: Mapping[str, Any], hidden_size: int, num_attention_heads: in
         return int(text["kv_lora_rank"]) + int(text["qk_rope_head_dim"])
     explicit = _first(text, "head_dim", "hidden_size_per_head")
     if explicit is not None:
-        if isinstance(explicit, bool) or not isinstance(explicit, int) or explicit <= 0:
-            raise CapacityError(f"config.json: head_dim: must be a positive integer, got {explicit!r}")
-        return explicit
+        return int(explicit)
     return hidden_size // num_attention_heads
 
 
 def spec_from_dict(
     config: Mapping[str, Any], *, source: str = "<config>", safetensors_total_bytes: int | None = None
 ) -> ModelSpec:
-    """Build a :class:`ModelSpec` from a parsed config.json object."""
-    text = resolve_text_config(config)
+    """Build a :class:`ModelSpec` from a parsed config.json object.
+
+    Raises :class:`CapacityError` with every problem of :func:`shape_problems` at once.
+    """
+    fields, problems = _validated(config)
+    if problems:
+        raise CapacityError(*problems)
+    text = {**resolve_text_config(config), **fields}  # 1.6e4 -> 16000, for the arithmetic after
     architectures = text.get("architectures") or config.get("architectures") or []
     model_type = str(text.get("model_type") or config.get("model_type") or "")
     if not architectures and not model_type:

@@ -10,4 +10,12 @@ from __future__ import annotations
 
 
 class CapacityError(ValueError):
-    """User-facing input error: the message names the field and the fix."""
+    """User-facing input error: the message names the field and the fix.
+
+    Several problems found in one pass (a config.json with two impossible fields) are given as
+    several messages: ``problems`` holds each, one line apiece; ``str()`` joins them with ``; ``.
+    """
+
+    def __init__(self, message: str, *more: str):
+        self.problems: tuple[str, ...] = (message, *more)
+        super().__init__("; ".join(self.problems))

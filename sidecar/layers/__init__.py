@@ -4,8 +4,9 @@ Each layer is an :data:`~sidecar.state.Extender`, called per engine
 (:data:`~sidecar.state.TargetModelEngine`) after every good scrape with the
 engine's history and the *sample* time, returning extra gauges. They read no
 clock and do no I/O (the model's config.json is read once, at start-up, by
-:func:`build_extenders`), so the forecast benchmark replays simulated time
-through exactly this code.
+:func:`build_extenders`; only while that file is not there yet does the capacity
+layer look for it again, once per scrape interval of sample time), so the forecast
+benchmark replays simulated time through exactly this code.
 
 - ``capacity``: :class:`CapacityLayer`, the theoretical capacity from config.json
   (only with ``model.config``; docs/capacity.md);
@@ -28,7 +29,7 @@ __all__ = ["CapacityLayer", "ForecastLayer", "Theory", "build_extenders"]
 
 def build_extenders(config: Config) -> tuple[Extender, ...]:
     """The layers this (validated) configuration enables, each given the settings it reads."""
-    capacity = CapacityLayer(config.model) if config.model.config else None
+    capacity = CapacityLayer(config.model, retry_s=config.scrape_interval_s) if config.model.config else None
     forecast = ForecastLayer(
         config.forecast,
         watermark=config.thresholds.watermark,

@@ -5,12 +5,21 @@ Gauges ``kvcache_theoretical_bytes_per_token``, ``kvcache_model_info``,
 ``kvcache_capacity_efficiency_ratio{budget}`` (docs/capacity.md). The model's
 config.json is read once, at start-up; per scrape the layer only follows the
 block size, KV dtype and ``max_model_len`` vLLM reports.
+
+A ``model.config`` that is not there yet (a sidecar starts before vLLM, which may still
+be downloading the model) is looked for again every ``retry_s`` of sample time: the
+capacity gauges are absent until it appears, and the wait is logged once when it
+starts and once when the file appears. A condition repeated on every scrape (vLLM's
+settings the model cannot follow) is logged when it starts and when it ends, with the
+number of scrapes it lasted.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -44,17 +53,93 @@ class CapacityLayer:
     #: relative disagreement above which the likely causes are logged (once per engine and budget)
     TOLERANCE = 0.05
 
-    def __init__(self, settings: ModelSettings):
-        """``settings`` as :func:`sidecar.config.build_config` validated them: the model loads and its
-        TP/PP/dtype combination lays out (``sidecar.config.model_problems``), so nothing here can fail."""
+    def __init__(self, settings: ModelSettings, *, retry_s: float = 15.0):
+        """``settings`` as :func:`sidecar.config.build_config` validated them. The model is loaded now;
+        when its file is not there yet (``run`` allows that) or cannot be used, the layer publishes
+        nothing and looks again every ``retry_s`` seconds of sample time (the scrape interval)."""
         if settings.config is None:
             raise ValueError("CapacityLayer needs model.config")
         self.settings = settings
-        self.spec = cap.load_model(settings.config)
+        self.retry_s = retry_s
         self.gpu_memory = None if settings.gpu_memory is None else cap.parse_memory(settings.gpu_memory)
+        self._spec: cap.ModelSpec | None = None
         self._layouts: dict[tuple[int | None, str, int | None], cap.KVLayout] = {}
         #: warnings already logged: ("estimate", engine) and (engine key, budget)
         self._warned: set[tuple[object, str]] = set()
+        #: engines whose vLLM settings the model cannot follow: the problem and the scrapes since it began
+        self._failing: dict[TargetModelEngine, tuple[str, int]] = {}
+        #: the last observation :meth:`theory` answered for, and its answer (the forecast asks again)
+        self._last: tuple[Observation | None, Theory | str | None] = (None, None)
+        self._next_try = -math.inf
+        self._problem: str | None = None  # why the model is not loaded, as last logged
+        self._identity: tuple[int, int, int] | None = None  # the file that problem was about
+        self._tries = 0
+        self._load(None)
+
+    @property
+    def spec(self) -> cap.ModelSpec:
+        """The loaded model; :class:`~sidecar.capacity.CapacityError` while it is not (see :meth:`ready`)."""
+        if self._spec is None:
+            raise cap.CapacityError(f"--model-config: {self._problem or 'not loaded'}")
+        return self._spec
+
+    @property
+    def ready(self) -> bool:
+        """Whether the model is loaded (the capacity gauges are published)."""
+        return self._spec is not None
+
+    def _file_identity(self) -> tuple[int, int, int] | None:
+        path = self.settings.config or ""
+        try:
+            st = os.stat(os.path.join(path, "config.json") if os.path.isdir(path) else path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _load(self, now: float | None) -> None:
+        """Load ``model.config`` if it is not loaded: at most once per ``retry_s`` of sample time, and a
+        file that could not be used only once it changed. Logs when the wait starts and when it ends."""
+        if self._spec is not None or (now is not None and now < self._next_try):
+            return
+        self._next_try = -math.inf if now is None else now + self.retry_s
+        identity = self._file_identity()
+        if self._problem is not None and identity is not None and identity == self._identity:
+            return  # the same unusable file: nothing new to read
+        self._tries += 1
+        m, path = self.settings, self.settings.config
+        try:
+            spec = cap.load_model(path or "")
+            cap.kv_layout(spec, tp=m.tensor_parallel_size, pp=m.pipeline_parallel_size, dtype=m.dtype)
+        except cap.ModelFileMissing:
+            if self._problem != "missing":
+                log.warning(
+                    "model.config %s: no such file yet; the capacity gauges are absent until it appears "
+                    "(looked for every %gs; logged again when it appears)",
+                    path,
+                    self.retry_s,
+                )
+            self._problem, self._identity = "missing", None
+            return
+        except cap.CapacityError as e:
+            problem = "; ".join(e.problems)
+            if problem != self._problem:
+                log.error(
+                    "model.config %s cannot be used: %s; the capacity gauges are absent until the file is fixed "
+                    "(kv-sidecar check-config names every problem)",
+                    path,
+                    problem,
+                )
+            self._problem, self._identity = problem, identity
+            return
+        if self._problem is not None:
+            log.info(
+                "model.config %s: loaded after %d attempt%s (%s); the capacity gauges are published",
+                path,
+                self._tries,
+                "" if self._tries == 1 else "s",
+                spec.architecture,
+            )
+        self._spec, self._problem, self._identity = spec, None, None
 
     def layout_for(self, cc: Mapping[str, str]) -> cap.KVLayout:
         """The layout vLLM built: block size and KV dtype as vLLM reports them in cache_config_info."""
@@ -76,14 +161,27 @@ class CapacityLayer:
         return self._layouts[key]
 
     def theory(self, obs: Observation) -> Theory | None:
+        """The model's figures for this engine's settings; None without cache_config_info, while the
+        model is not loaded, or when the model cannot follow vLLM's settings."""
+        answer = self._theory(obs)
+        return answer if isinstance(answer, Theory) else None
+
+    def _theory(self, obs: Observation) -> Theory | str | None:
+        """:meth:`theory`, or the problem (text) when the model cannot follow vLLM's settings."""
+        if self._last[0] is obs:
+            return self._last[1]
+        answer = self._compute(obs)
+        self._last = (obs, answer)
+        return answer
+
+    def _compute(self, obs: Observation) -> Theory | str | None:
         cc = obs.cache_config
-        if not cc:
+        if not cc or self._spec is None:
             return None
         try:
             layout = self.layout_for(cc)
         except cap.CapacityError as e:
-            log.warning("capacity model cannot follow vLLM's settings engine=%s: %s", obs.engine, e)
-            return None
+            return str(e)
         exact = estimated = None
         budget = None
         kv_bytes = label_float(cc, "kv_cache_memory_bytes")
@@ -158,9 +256,11 @@ class CapacityLayer:
         return cap.capacity_tokens(layout, budget_bytes)
 
     def __call__(self, key: TargetModelEngine, history: History, now: float, d: Derived) -> dict[str, object]:
+        self._load(now)
         obs = history[-1][1]
-        th = self.theory(obs)
-        if th is None:
+        th = self._theory(obs)
+        self._follow(key, th)
+        if not isinstance(th, Theory):
             return {}
         layout = th.layout
         out: dict[str, object] = {
@@ -184,6 +284,38 @@ class CapacityLayer:
         if efficiency:
             out["kvcache_capacity_efficiency_ratio"] = efficiency
         return out
+
+    def _follow(self, key: TargetModelEngine, answer: Theory | str | None) -> None:
+        """Log that the model cannot follow this engine's settings when it starts (or its reason changes)
+        and when it ends, with the number of scrapes it lasted; never on every scrape."""
+        failing = self._failing.get(key)
+        if isinstance(answer, str):
+            if failing is None or failing[0] != answer:
+                log.warning(
+                    "capacity model cannot follow vLLM's settings target=%s model=%s engine=%s: %s "
+                    "(the capacity gauges of this engine are absent; logged again when it ends)",
+                    key[0],
+                    key[1],
+                    key[2],
+                    answer,
+                )
+                failing = (answer, 0)
+            self._failing[key] = (answer, failing[1] + 1)
+        elif failing is not None and answer is not None:
+            del self._failing[key]
+            log.info(
+                "capacity model follows vLLM's settings again target=%s model=%s engine=%s after %d scrape%s",
+                key[0],
+                key[1],
+                key[2],
+                failing[1],
+                "" if failing[1] == 1 else "s",
+            )
+
+    def forget(self, key: TargetModelEngine) -> None:
+        """The model/engine left its target: drop what was kept about it."""
+        self._failing.pop(key, None)
+        self._warned = {w for w in self._warned if w[0] != key}
 
     def _explain(self, key: TargetModelEngine, budget: str, actual: float, theoretical: float) -> None:
         if abs(actual / theoretical - 1) <= self.TOLERANCE or (key, budget) in self._warned:

@@ -221,6 +221,7 @@ def produce(options: Options, now: float | None = None) -> Outcome:
         served=served_models(model_settings, week),
         generated_at=now,
     )
+    del week  # the figures hold what the plots and documents need: the rest of the series can go
     from .render import PlotsUnavailable, ReportWriteError, write_report
 
     try:

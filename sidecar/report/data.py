@@ -22,6 +22,8 @@ a whole week (10,080).
 from __future__ import annotations
 
 import math
+from array import array
+from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 
 #: The report's resolution in seconds (one row of the embedded history).
@@ -33,6 +35,10 @@ MAX_POINTS_PER_SERIES = 11_000
 PAGED_ALERTS = ("KVCacheAlmostFull", "KVCacheFullSoon")
 
 NAN = math.nan
+
+#: A per-step series: an ``array("d")`` from the sources (8 bytes a step, a week of 64 pods' ten series
+#: is 52 MB where lists of floats took 206 MB); any sequence of floats where tests build one by hand.
+Steps = MutableSequence[float]
 
 
 @dataclass(frozen=True)
@@ -90,16 +96,16 @@ class ModelKey:
         return f"{self.namespace}/{self.model_name}" if self.namespace else self.model_name
 
 
-def steps(period: Period) -> list[float]:
+def steps(period: Period) -> array[float]:
     """An empty per-step series (all NaN)."""
-    return [NAN] * period.steps
+    return array("d", [NAN]) * period.steps
 
 
 @dataclass
 class PodSeries:
     """One engine of one pod over the period: the second level of the report.
 
-    Every list has one value per step of the period (NaN: no sample). ``pod`` is the ``pod`` label
+    Every series has one value per step of the period (NaN: no sample). ``pod`` is the ``pod`` label
     when the series have one (Kubernetes), else ``instance``, else the sidecar's ``target``.
     """
 
@@ -108,18 +114,19 @@ class PodSeries:
     engine: str
     #: the labels that identify this pod's series at the source (selectors are built from them)
     labels: dict[str, str]
-    usage_max: list[float]  # kvcache_usage_ratio: the step's largest sample
-    usage_mean: list[float]  # kvcache_usage_ratio: the step's mean
-    demand_max: list[float]  # kvcache_demand_tokens: the step's largest sample
-    capacity_tokens: list[float]  # kvcache_capacity_tokens: the step's last sample (vLLM's, null block included)
+    usage_max: Steps  # kvcache_usage_ratio: the step's largest sample
+    #: kvcache_usage_ratio: the step's mean (may stay NaN where usage_quantiles and the model's are given)
+    usage_mean: Steps
+    demand_max: Steps  # kvcache_demand_tokens: the step's largest sample
+    capacity_tokens: Steps  # kvcache_capacity_tokens: the step's last sample (vLLM's, null block included)
     #: kvcache_theoretical_capacity_tokens, the step's last sample, budget="exact" if present, else "estimated"
-    theoretical_capacity_tokens: list[float]
+    theoretical_capacity_tokens: Steps
     #: increases within the step, counter resets handled (a drop counts the new value)
-    preemptions: list[float]  # kvcache_preemptions_total
-    prefix_queries: list[float]  # kvcache_prefix_cache_queries_tokens_total
-    prefix_hits: list[float]  # kvcache_prefix_cache_hits_tokens_total
-    waiting_max: list[float]  # kvcache_requests_waiting{reason=~"capacity|all"}: the step's largest sample
-    running_max: list[float]  # kvcache_requests_running: the step's largest sample
+    preemptions: Steps  # kvcache_preemptions_total
+    prefix_queries: Steps  # kvcache_prefix_cache_queries_tokens_total
+    prefix_hits: Steps  # kvcache_prefix_cache_hits_tokens_total
+    waiting_max: Steps  # kvcache_requests_waiting{reason=~"capacity|all"}: the step's largest sample
+    running_max: Steps  # kvcache_requests_running: the step's largest sample (NaN when requests_running_peak is set)
     #: the last values seen in the period (None: never seen)
     gpu_memory_utilization: float | None = None  # kvcache_gpu_memory_utilization
     block_size: int | None = None  # kvcache_server_info{block_size}
@@ -131,6 +138,8 @@ class PodSeries:
     usage_quantiles: dict[str, float] | None = None  # keys "max", "p50", "p95", "p99"
     seconds_above: dict[str, float] | None = None  # keys "warning", "watermark": seconds with usage above each
     seconds_waiting: float | None = None  # seconds with requests waiting for KV
+    #: the largest kvcache_requests_running sample, from a source that reduced it (None: the largest of running_max)
+    requests_running_peak: float | None = None
 
     @classmethod
     def empty(cls, period: Period, model: ModelKey, pod: str, engine: str, labels: dict[str, str]) -> PodSeries:

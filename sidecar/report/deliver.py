@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..files import TOKEN_MAX_BYTES, FileProblem, read_text
+
 log = logging.getLogger("kv_sidecar.report")
 
 #: Seconds one POST may take (connect, send and read each).
@@ -40,10 +42,9 @@ class DeliveryError(Exception):
 def read_webhook_url(path: Path) -> str:
     """The URL in ``path`` (surrounding whitespace stripped); raises :class:`DeliveryError`."""
     try:
-        url = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
-        raise DeliveryError(f"--webhook-url-file {path}: cannot read it ({reason})") from None
+        url = read_text(str(path), max_bytes=TOKEN_MAX_BYTES, what="a file holding the webhook's URL").strip()
+    except FileProblem as e:
+        raise DeliveryError(f"--webhook-url-file {path}: cannot read it ({e.reason})") from None
     parts = urlsplit(url)
     if not url or parts.scheme not in ("http", "https") or not parts.hostname:
         raise DeliveryError(

@@ -17,7 +17,7 @@ Pages: the history has no ``ALERTS`` series (alerts are Prometheus'), so ``Week.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
 from pathlib import Path
 
 from ..history import HistoryStore, Point
@@ -87,7 +87,7 @@ class HistorySource:
 
 
 def _fill(
-    steps: list[float],
+    steps: MutableSequence[float],
     period: Period,
     points: list[Point],
     value: Callable[[Point], float | None],

@@ -44,6 +44,7 @@ Conventions and where they come from:
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -97,27 +98,31 @@ def quantile(phi: float, values: Sequence[float]) -> float | None:
 
 @dataclass(frozen=True)
 class _Steps:
-    """One pod's or one model's per-step series, NaN where nothing was reported."""
+    """One pod's or one model's per-step series, NaN where nothing was reported.
 
-    usage_max: list[float]
-    usage_mean: list[float]
-    demand: list[float]
-    capacity: list[float]  # carried over restart gaps
-    usable: list[float]  # capacity - block size; NaN where the block size is unknown
-    theoretical: list[float]  # carried over restart gaps
-    preemptions: list[float]
-    prefix_queries: list[float]
-    prefix_hits: list[float]
-    waiting: list[float]
+    A pod's are its :class:`~sidecar.report.data.PodSeries` series themselves (never changed here),
+    the rest ``array("d")``: a week of 64 pods as lists of floats took 200 MB more.
+    """
+
+    usage_max: Sequence[float]
+    usage_mean: Sequence[float]
+    demand: Sequence[float]
+    capacity: Sequence[float]  # carried over restart gaps
+    usable: Sequence[float]  # capacity - block size; NaN where the block size is unknown
+    theoretical: Sequence[float]  # carried over restart gaps
+    preemptions: Sequence[float]
+    prefix_queries: Sequence[float]
+    prefix_hits: Sequence[float]
+    waiting: Sequence[float]
 
 
 def _finite(values: Iterable[float]) -> list[float]:
     return [v for v in values if math.isfinite(v)]
 
 
-def _carry(values: Sequence[float]) -> list[float]:
+def _carry(values: Sequence[float]) -> array[float]:
     """The series with each gap between its first and last value filled with the value before it."""
-    out = list(values)
+    out = array("d", values)
     last = math.nan
     seen = [i for i, v in enumerate(values) if math.isfinite(v)]
     if not seen:
@@ -134,22 +139,22 @@ def _pod_steps(pod: PodSeries) -> _Steps:
     capacity = _carry(pod.capacity_tokens)
     bs = pod.block_size
     return _Steps(
-        usage_max=list(pod.usage_max),
-        usage_mean=list(pod.usage_mean),
-        demand=list(pod.demand_max),
+        usage_max=pod.usage_max,
+        usage_mean=pod.usage_mean,
+        demand=pod.demand_max,
         capacity=capacity,
-        usable=[c - bs if bs else math.nan for c in capacity],
+        usable=array("d", (c - bs for c in capacity)) if bs else array("d", [math.nan]) * len(capacity),
         theoretical=_carry(pod.theoretical_capacity_tokens),
-        preemptions=list(pod.preemptions),
-        prefix_queries=list(pod.prefix_queries),
-        prefix_hits=list(pod.prefix_hits),
-        waiting=list(pod.waiting_max),
+        preemptions=pod.preemptions,
+        prefix_queries=pod.prefix_queries,
+        prefix_hits=pod.prefix_hits,
+        waiting=pod.waiting_max,
     )
 
 
-def _combine(columns: Iterable[Sequence[float]], how: str) -> list[float]:
+def _combine(columns: Iterable[Sequence[float]], how: str) -> array[float]:
     """Per step, the max or sum of the finite values of the columns; NaN where none is finite."""
-    out: list[float] = []
+    out = array("d")
     for row in zip(*columns, strict=True):
         values = _finite(row)
         if not values:
@@ -159,11 +164,12 @@ def _combine(columns: Iterable[Sequence[float]], how: str) -> list[float]:
     return out
 
 
-def _sum_where_capacity(pods: Sequence[_Steps], attr: str, n: int) -> list[float]:
+def _sum_where_capacity(pods: Sequence[_Steps], attr: str, n: int) -> array[float]:
     """Per step, the sum over the pods with a capacity then of ``attr`` (NaN if one of them lacks it)."""
-    out: list[float] = []
+    out = array("d")
+    columns = [(p.capacity, getattr(p, attr)) for p in pods]
     for i in range(n):
-        present = [getattr(p, attr)[i] for p in pods if math.isfinite(p.capacity[i])]
+        present = [values[i] for capacity, values in columns if math.isfinite(capacity[i])]
         out.append(math.fsum(present) if present else math.nan)
     return out
 
@@ -254,15 +260,24 @@ def _first_hour(period: Period) -> float:
     return math.floor(period.start / HOUR_S) * HOUR_S
 
 
-def _per_hour(values: Sequence[float], period: Period) -> list[float]:
-    """Sums per UTC clock hour, the first the hour holding the period's start (NaN steps add nothing)."""
+def _hour_steps(period: Period) -> list[range]:
+    """The steps in each UTC clock hour of the period, the first the hour holding the period's start."""
     first = _first_hour(period)
     hours = math.ceil((period.end - first) / HOUR_S)
-    out = [0.0] * hours
-    for i, v in enumerate(values):
-        if math.isfinite(v):
-            out[int((period.time(i) - first) // HOUR_S)] += v
-    return out
+    if HOUR_S % period.step_s == 0:  # whole steps to the hour: the hour of step i is (offset + i) // per_hour
+        per_hour, offset = int(HOUR_S // period.step_s), int((period.start - first) // period.step_s)
+        return [
+            range(max(0, h * per_hour - offset), min(period.steps, (h + 1) * per_hour - offset)) for h in range(hours)
+        ]
+    out: list[list[int]] = [[] for _ in range(hours)]
+    for i in range(period.steps):
+        out[int((period.time(i) - first) // HOUR_S)].append(i)
+    return [range(o[0], o[-1] + 1) if o else range(0) for o in out]
+
+
+def _per_hour(values: Sequence[float], period: Period) -> list[float]:
+    """Sums per UTC clock hour, the first the hour holding the period's start (NaN steps add nothing)."""
+    return [sum((v for v in values[h.start : h.stop] if math.isfinite(v)), 0.0) for h in _hour_steps(period)]
 
 
 def _pressure(s: _Steps, period: Period, seconds_waiting: float | None) -> Pressure:
@@ -289,10 +304,6 @@ def _pressure(s: _Steps, period: Period, seconds_waiting: float | None) -> Press
     )
 
 
-def _optional(values: Sequence[float]) -> list[float | None]:
-    return [v if math.isfinite(v) else None for v in values]
-
-
 def hour_of_week(t: float) -> tuple[int, int]:
     """(weekday with Monday = 0, hour) of Unix time ``t`` in UTC."""
     day = math.floor(t / DAY_S)
@@ -301,17 +312,19 @@ def hour_of_week(t: float) -> tuple[int, int]:
 
 def _timeline(s: _Steps, period: Period) -> Timeline:
     profile: list[list[float | None]] = [[None] * 24 for _ in range(7)]
-    for i, v in enumerate(s.usage_max):
-        if math.isfinite(v):
-            day, hour = hour_of_week(period.time(i))
+    first = _first_hour(period)
+    for h, steps in enumerate(_hour_steps(period)):
+        values = _finite(s.usage_max[steps.start : steps.stop])
+        if values:
+            day, hour = hour_of_week(first + h * HOUR_S)
             cell = profile[day][hour]
-            profile[day][hour] = v if cell is None else max(cell, v)
+            profile[day][hour] = max(values) if cell is None else max(cell, *values)
     return Timeline(
         step_s=period.step_s,
         start=period.start,
-        usage_max_ratio=_optional(s.usage_max),
-        demand_tokens=_optional(s.demand),
-        usable_tokens=_optional(s.usable),
+        usage_max_ratio=s.usage_max,
+        demand_tokens=s.demand,
+        usable_tokens=s.usable,
         preemptions_per_hour=_per_hour(s.preemptions, period),
         hour_of_week_peak_ratio=profile,
     )
@@ -497,7 +510,7 @@ def _pod_advice(
     peak, c0, bs, usable = capacity.peak_demand_tokens, capacity.capacity_tokens, pod.block_size, capacity.usable_tokens
     if peak is None or c0 is None or not bs or not usable or usable <= 0:
         return _Advised(_no_advice(pod, capacity), peak, None, bs)
-    running = _finite(pod.running_max)
+    running = [pod.requests_running_peak] if pod.requests_running_peak is not None else _finite(pod.running_max)
     pool = Pool(
         capacity_tokens=c0,
         block_size=bs,

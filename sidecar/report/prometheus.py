@@ -10,15 +10,23 @@ How the queries are cut, so that a thousand pods do not hurt Prometheus:
   pod, instance, target, engine) (last_over_time(kvcache_usage_ratio{SEL}[<period>]))``. A pod is
   named by its ``pod`` label (Kubernetes), else ``instance``, else the sidecar's ``target``; every
   later query aggregates ``by (namespace, model_name, <that label>, engine)``, so a pod whose
-  ``instance`` changed at a restart stays one pod.
+  ``instance`` changed at a restart stays one pod (the per-step range queries leave that ``max by``
+  to the client, :func:`_merged`: on the server it doubled their cost, and a pod almost always has
+  one series).
 - **Batches**: at most ``pods_per_query`` pods per query, selected by a regular expression on that
   label; **day chunks**: a range query covers at most one day at a 60 s step (1,440 points per
   series, far below Prometheus' 11,000); at most ``concurrency`` queries run at once.
 - **Steps**: range queries evaluate each step at its *end minus 1 ms* over ``[60s]``, so that the
   window is the step's ``[start, start + 60 s)`` whether the Prometheus closes range selectors at
   both ends (2.x) or only at the right (3.x): a sample exactly on a minute belongs to the minute it
-  starts, as in the embedded history. Per step the usage is ``max_over_time`` and ``avg_over_time``,
-  demand and running/waiting requests ``max_over_time``, capacities ``last_over_time``.
+  starts, as in the embedded history. Per step the usage is ``max_over_time`` and ``avg_over_time``
+  (the mean only for the pods whose figures Prometheus did not reduce, below), demand and waiting
+  requests ``max_over_time``, capacities ``last_over_time``. The answers are most
+  of the report's input (about 100 MB of JSON for a week of 64 pods): they are asked uncompressed
+  (``Accept-Encoding: identity``; gzip cost Prometheus a third more CPU; a ``--header
+  'Accept-Encoding: gzip'`` asks for it over a slow link) and each series' points are cut out of the
+  compact JSON as bytes and read straight into ``array("d")`` (:func:`_cut_values`), not built as
+  Python lists first; an answer written with other spacing is parsed as plain JSON.
 - **Counters** come back as their last raw value in each step (and the step before the period), and
   their increases are computed here: a rise is the difference, a drop is a restart and the increase
   is the new value (Prometheus' own reset rule). Not ``increase()``: it extrapolates to the window's
@@ -32,9 +40,15 @@ How the queries are cut, so that a thousand pods do not hurt Prometheus:
   threshold are ``count_over_time((usage > thr)[<period>:15s]) * 15``: a subquery, since PromQL
   cannot filter raw samples, whose 15 s instants each see the latest sample, so the result is the
   time spent above at 15 s resolution whatever the scrape interval. Time waiting for KV is the same
-  count over ``max without (reason) (kvcache_requests_waiting{reason=~"capacity|all"}) > 0``. A
-  series that ends without a staleness marker (backfilled data, a Prometheus restart) keeps its last
-  value for the lookback delta (5 min by default) in these counts.
+  count over ``max without (reason) (kvcache_requests_waiting{reason=~"capacity|all"}) > 0``
+  (counted per series first, and with the aggregation only for a pod with two series ever above 0:
+  :meth:`_Reader._seconds_waiting`). The peak of running requests (for the advice) is
+  ``max_over_time`` over the period. A series that ends without a staleness marker (backfilled
+  data, a Prometheus restart) keeps its last value for the lookback delta (5 min by default) in
+  these counts.
+- **Info series** (``kvcache_server_info``, ``kvcache_model_info``): the label set present in the
+  latest step, found with one range query at an hour's step over the period, and only for a pod
+  with two label sets in that hour again at one-minute steps over that hour.
 - **Per model**, when the recording rules of ``alerts/kvcache.rules.yaml`` are there and the selector
   names only ``namespace`` and ``model_name``: the same figures over
   ``namespace_model:kvcache_usage_ratio:max`` (the hottest pod, what the capacity dashboard shows)
@@ -56,7 +70,8 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Mapping, MutableSequence, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +80,7 @@ from typing import Any
 import httpx
 
 from ..artifacts.params import Thresholds
+from ..files import TOKEN_MAX_BYTES, FileProblem, read_text
 from .data import MAX_POINTS_PER_SERIES, PAGED_ALERTS, ModelKey, Page, Period, PodSeries, Week
 from .selector import Matcher, SelectorError, parse_selector, promql
 
@@ -76,6 +92,12 @@ CHUNK_S = 86_400.0
 EDGE_S = 0.001
 #: The resolution of the subqueries that count time above a threshold.
 SUBQUERY_S = 15
+#: The info series read for each pod, with their labels; their newest label set is found at this step first.
+INFO_LABELS = {
+    "kvcache_server_info": "block_size, kv_cache_memory_bytes",
+    "kvcache_model_info": "architecture, attention, kv_dtype, tp, pp",
+}
+INFO_STEP_S = 3600.0
 #: Answers larger than this are refused (a week of 50 pods is a few MiB).
 MAX_BODY_BYTES = 256 * 1024 * 1024
 BACKOFF_BASE_S = 0.5
@@ -87,13 +109,14 @@ MODEL_USAGE_RULE = "namespace_model:kvcache_usage_ratio:max"
 MODEL_WAITING_RULE = "namespace_model:kvcache_requests_waiting:bool"
 WAITING_REASONS = 'reason=~"capacity|all"'
 
-#: (PodSeries field, metric, per-step reduction, aggregation across the pod's series)
-_STEP_GAUGES: tuple[tuple[str, str, str, str], ...] = (
-    ("usage_max", "kvcache_usage_ratio", "max_over_time", "max"),
-    ("usage_mean", "kvcache_usage_ratio", "avg_over_time", "avg"),
-    ("demand_max", "kvcache_demand_tokens", "max_over_time", "max"),
-    ("capacity_tokens", "kvcache_capacity_tokens", "last_over_time", "max"),
-    ("running_max", "kvcache_requests_running", "max_over_time", "max"),
+#: (PodSeries field, metric, per-step reduction); across a pod's series the maximum, taken here
+#: (:func:`_merged`, as Prometheus' ``max by``): aggregating on the server doubles its CPU time for
+#: these queries, and a pod has one series almost always (two across a restart with a new instance).
+#: ``usage_mean`` is read only for the pods whose figures Prometheus did not reduce (:meth:`_Reader._mean_jobs`).
+_STEP_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("usage_max", "kvcache_usage_ratio", "max_over_time"),
+    ("demand_max", "kvcache_demand_tokens", "max_over_time"),
+    ("capacity_tokens", "kvcache_capacity_tokens", "last_over_time"),
 )
 _STEP_COUNTERS: tuple[tuple[str, str], ...] = (
     ("preemptions", "kvcache_preemptions_total"),
@@ -161,7 +184,10 @@ class _Batch:
 
 
 _Vector = list[tuple[dict[str, str], float]]
-_Matrix = list[tuple[dict[str, str], list[tuple[float, float]]]]
+#: a range query's series: labels, timestamps, values (in time order)
+_Matrix = list[tuple[dict[str, str], "array[float]", "array[float]"]]
+#: How a range query's points start in the compact JSON Prometheus (Thanos, Mimir) writes.
+_VALUES = b'"values":['
 
 
 class PrometheusSource:
@@ -191,7 +217,10 @@ class PrometheusSource:
         #: the URL as messages and the report show it: without user:password@
         self.shown = shown_url(self.url)
         self.bearer_token_file = bearer_token_file
-        self.headers = dict(headers or {})
+        # Answers uncompressed unless the caller asks otherwise (a header 'Accept-Encoding: gzip' for a slow
+        # link): gzip makes Prometheus spend a third more CPU on these answers (a week of 64 pods: ~100 MB).
+        own = {} if any(k.lower() == "accept-encoding" for k in headers or {}) else {"Accept-Encoding": "identity"}
+        self.headers = {**own, **(headers or {})}
         self.timeout_s = timeout_s
         self.concurrency = concurrency
         self.pods_per_query = pods_per_query
@@ -213,11 +242,9 @@ class PrometheusSource:
             self._token = None
             return
         try:
-            token = Path(self.bearer_token_file).read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise ReportSourceError(f"bearer token file {self.bearer_token_file}: {e.strerror or e}", 2) from None
-        except UnicodeDecodeError:
-            raise ReportSourceError(f"bearer token file {self.bearer_token_file}: not UTF-8 text", 2) from None
+            token = read_text(self.bearer_token_file, max_bytes=TOKEN_MAX_BYTES, what="a token file").strip()
+        except FileProblem as e:
+            raise ReportSourceError(f"bearer token file {self.bearer_token_file}: {e.reason}", 2) from None
         if not token:
             raise ReportSourceError(f"bearer token file {self.bearer_token_file} is empty", 2)
         self._token = token
@@ -276,8 +303,10 @@ class PrometheusSource:
     def _data(self, path: str, status: int, body: bytes) -> Any:
         if status != 200:
             raise ReportSourceError(self._http_error(path, status, body))
+        # A range query's points are most of its answer: cut out as bytes, parsed by _points_of.
+        cut = _cut_values(body) if path.endswith("query_range") else None
         try:
-            doc = json.loads(body)
+            doc = json.loads(cut[0] if cut else body)
         except ValueError:
             raise ReportSourceError(
                 f"{self.shown}{path}: the answer is not JSON; is this a Prometheus API URL?"
@@ -290,6 +319,12 @@ class PrometheusSource:
         data = doc.get("data")
         if not isinstance(data, dict) or not isinstance(data.get("result"), list):
             raise ReportSourceError(f"{self.shown}{path}: the answer has no result list")
+        if cut:
+            result = data["result"]
+            if len(result) != len(cut[1]) or not all(isinstance(r, dict) and r.get("values") == [] for r in result):
+                raise ReportSourceError(f"{self.shown}{path}: malformed matrix")
+            for r, points in zip(result, cut[1], strict=True):
+                r["values"] = points
         return data
 
     def _instant(self, query: str, at: float) -> _Vector:
@@ -301,15 +336,16 @@ class PrometheusSource:
         except (KeyError, IndexError, TypeError, ValueError):
             raise ReportSourceError(f"{self.shown}: malformed vector for {query[:60]!r}") from None
 
-    def _range(self, query: str, start: float, end: float) -> _Matrix:
-        points = int(round((end - start) / 60.0)) + 1
+    def _range(self, query: str, start: float, end: float, step_s: float = 60.0) -> _Matrix:
+        points = int(round((end - start) / step_s)) + 1
         assert points <= MAX_POINTS_PER_SERIES, f"{points} points per series exceed Prometheus' limit"
-        form = {"query": query, "start": _ts(start), "end": _ts(end), "step": "60", "timeout": f"{self.timeout_s:g}s"}
+        form = {"query": query, "start": _ts(start), "end": _ts(end), "step": f"{step_s:g}"}
+        form["timeout"] = f"{self.timeout_s:g}s"
         data = self._post("/api/v1/query_range", form)
         if data.get("resultType") != "matrix":
             raise ReportSourceError(f"{self.shown}: expected a matrix for {query[:60]!r}, got {data.get('resultType')}")
         try:
-            return [(dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
+            return [(dict(r["metric"]), *_points_of(r["values"])) for r in data["result"]]
         except (KeyError, TypeError, ValueError):
             raise ReportSourceError(f"{self.shown}: malformed matrix for {query[:60]!r}") from None
 
@@ -431,6 +467,13 @@ class _Reader:
         )
         if pods and self.model_rules:
             self._model_figures(week, presence)
+        # The steps' means serve only for the percentiles and hours above Prometheus did not give: read
+        # them for those pods alone (none, when the rules cover every model and each pod has one series).
+        means = [p for p in pods if series[p.key].usage_quantiles is None or p.model not in week.model_usage_quantiles]
+        if means:
+            self.run(
+                [job for b in _batches(means, self.src.pods_per_query) for job in self._mean_jobs(b, period, series)]
+            )
         return week
 
     # --- per-step series -----------------------------------------------------------------------
@@ -449,25 +492,29 @@ class _Reader:
         jobs: list[Callable[[], None]] = []
         window = "[60s]"
         queries: list[tuple[str, str]] = [
-            (attr, f"{agg} by ({b.by}) ({fn}({self.metric(metric, b.matchers)}{window}))")
-            for attr, metric, fn, agg in _STEP_GAUGES
+            (attr, f"{fn}({self.metric(metric, b.matchers)}{window})") for attr, metric, fn in _STEP_GAUGES
         ]
         waiting = self.metric("kvcache_requests_waiting", WAITING_REASONS, b.matchers)
-        queries.append(("waiting_max", f"max by ({b.by}) (max_over_time({waiting}{window}))"))
+        queries.append(("waiting_max", f"max_over_time({waiting}{window})"))
         for cs, ce in self._chunks(period):
             for attr, q in queries:
                 jobs.append(_job(self._fill_steps, q, b, period, series, attr, cs, ce))
             theoretical = self.metric("kvcache_theoretical_capacity_tokens", b.matchers)
-            q = f"max by ({b.by}, budget) (last_over_time({theoretical}{window}))"
+            q = f"last_over_time({theoretical}{window})"
             jobs.append(_job(self._fill_theoretical, q, b, period, series, cs, ce))
-        counter_lasts: dict[str, dict[Any, list[float]]] = {}
+        counter_before: dict[str, dict[Any, float]] = {}
         for attr, metric in _STEP_COUNTERS:
-            lasts = counter_lasts.setdefault(attr, {})
-            q = f"max by ({b.by}) (last_over_time({self.metric(metric, b.matchers)}{window}))"
+            before = counter_before.setdefault(attr, {})
+            q = f"last_over_time({self.metric(metric, b.matchers)}{window})"
             for cs, ce in self._chunks(period):
-                jobs.append(_job(self._fill_lasts, q, b, period, lasts, cs, ce))
-        after.append(_job(_increases, counter_lasts, series, period))
+                jobs.append(_job(self._fill_lasts, q, b, period, series, attr, before, cs, ce))
+        after.append(_job(_increases, counter_before, series, b))
         return jobs
+
+    def _mean_jobs(self, b: _Batch, period: Period, series: dict[Any, PodSeries]) -> list[Callable[[], None]]:
+        """The steps' mean usage (``avg by``: Prometheus' mean of a pod's series, one almost always)."""
+        q = f"avg by ({b.by}) (avg_over_time({self.metric('kvcache_usage_ratio', b.matchers)}[60s]))"
+        return [_job(self._fill_steps, q, b, period, series, "usage_mean", cs, ce) for cs, ce in self._chunks(period)]
 
     def _points(self, q: str, period: Period, cs: float, ce: float, before: bool = False) -> _Matrix:
         """Series of ``q`` over the chunk's steps; with ``before``, also the step before the chunk."""
@@ -477,32 +524,43 @@ class _Reader:
     def _fill_steps(
         self, q: str, b: _Batch, period: Period, series: dict[Any, PodSeries], attr: str, cs: float, ce: float
     ) -> None:
-        for labels, values in self._points(q, period, cs, ce):
-            pod = series.get(b.key(labels))
+        for key, parts in _grouped(self._points(q, period, cs, ce), b.key).items():
+            pod = series.get(key)
             if pod is not None:
-                _put(getattr(pod, attr), period, values)
+                _put(getattr(pod, attr), period, *_merged(parts))
 
     def _fill_theoretical(
         self, q: str, b: _Batch, period: Period, series: dict[Any, PodSeries], cs: float, ce: float
     ) -> None:
         """budget="exact" where it exists, else "estimated"."""
-        result = self._points(q, period, cs, ce)
+        result = _grouped(self._points(q, period, cs, ce), lambda lb: (b.key(lb), lb.get("budget", "estimated")))
         for budget in ("estimated", "exact"):
-            for labels, values in result:
-                pod = series.get(b.key(labels))
-                if pod is not None and labels.get("budget", "estimated") == budget:
-                    _put(pod.theoretical_capacity_tokens, period, values)
+            for (key, of), parts in result.items():
+                pod = series.get(key)
+                if pod is not None and of == budget:
+                    _put(pod.theoretical_capacity_tokens, period, *_merged(parts))
 
     def _fill_lasts(
-        self, q: str, b: _Batch, period: Period, lasts: dict[Any, list[float]], cs: float, ce: float
+        self,
+        q: str,
+        b: _Batch,
+        period: Period,
+        series: dict[Any, PodSeries],
+        attr: str,
+        before: dict[Any, float],
+        cs: float,
+        ce: float,
     ) -> None:
-        """The counter's last value per step, at index step + 1 (index 0: the step before the period)."""
-        for labels, values in self._points(q, period, cs, ce, before=True):
-            row = lasts.setdefault(b.key(labels), [math.nan] * (period.steps + 1))
-            for t, v in values:
-                i = _step_of(t, period)
-                if -1 <= i < period.steps and math.isfinite(v):
-                    row[i + 1] = v
+        """The counter's last value in each step, in the pod's series (:func:`_increases` turns them into
+        increases); the one in the step before the period in ``before``."""
+        for key, parts in _grouped(self._points(q, period, cs, ce, before=True), b.key).items():
+            pod = series.get(key)
+            if pod is None:
+                continue
+            times, values = _merged(parts)
+            _put(getattr(pod, attr), period, times, values)
+            if times and _step_of(times[0], period) == -1 and math.isfinite(values[0]):
+                before[key] = values[0]
 
     # --- the period's figures ------------------------------------------------------------------
 
@@ -512,7 +570,6 @@ class _Reader:
         at, rng = period.end - EDGE_S, f"[{_duration(period.seconds)}]"
         sub = f"[{_duration(period.seconds)}:{SUBQUERY_S}s]"
         usage = self.metric("kvcache_usage_ratio", b.matchers)
-        waiting = f"max without (reason) ({self.metric('kvcache_requests_waiting', WAITING_REASONS, b.matchers)})"
         reduced: dict[str, dict[Any, float]] = {}
 
         def collect(name: str, q: str) -> Callable[[], None]:
@@ -525,32 +582,72 @@ class _Reader:
         jobs += [collect(k, f"max by ({b.by}) (quantile_over_time({phi}, {usage}{rng}))") for k, phi in QUANTILES]
         for name, thr in (("warning", self.th.warning), ("watermark", self.th.watermark)):
             jobs.append(collect(name, f"sum by ({b.by}) (count_over_time(({usage} > {thr!r}){sub})) * {SUBQUERY_S}"))
-        jobs.append(collect("waiting", f"sum by ({b.by}) (count_over_time(({waiting} > 0){sub})) * {SUBQUERY_S}"))
+        jobs.append(_job(self._seconds_waiting, b, period, reduced))
         for metric in ("kvcache_gpu_memory_utilization", "kvcache_theoretical_bytes_per_token"):
             jobs.append(collect(metric, f"max by ({b.by}) (last_over_time({self.metric(metric, b.matchers)}{rng}))"))
-        # The newest label set of each info series: the last step it is present in, from range queries per
-        # day chunk like the steps' (``max_over_time(timestamp(...)[<period>:60s])`` does it in one instant
-        # query, but Prometheus 2.x evaluates that subquery in time growing with the square of its range:
-        # two minutes, and a timeout, for 64 pods over a week).
-        info: dict[str, list[tuple[dict[str, str], float]]] = {}
-        for metric, labels in (
-            ("kvcache_server_info", "block_size, kv_cache_memory_bytes"),
-            ("kvcache_model_info", "architecture, attention, kv_dtype, tp, pp"),
-        ):
-            q = f"max by ({b.by}, {labels}) (last_over_time({self.metric(metric, b.matchers)}[60s]))"
-            rows = info.setdefault(metric, [])
-            for cs, ce in self._chunks(period):
-                jobs.append(_job(self._fill_newest, q, period, rows, cs, ce))
+        running = self.metric("kvcache_requests_running", b.matchers)
+        jobs.append(collect("running", f"max by ({b.by}) (max_over_time({running}{rng}))"))
+        # The newest label set of each info series: the last step it is present in. One range query per
+        # series at an hour's step finds the hour; only a pod with two label sets in that hour needs that
+        # hour at one-minute steps (``max_over_time(timestamp(...)[<period>:60s])`` would do it in one
+        # instant query, but Prometheus 2.x evaluates that subquery in time growing with the square of its
+        # range: two minutes, and a timeout, for 64 pods over a week).
+        info: dict[str, dict[Any, dict[str, str]]] = {}
+        for metric, labels in INFO_LABELS.items():
+            newest = info.setdefault(metric, {})
+            jobs.append(_job(self._newest_labels, b, period, metric, labels, newest))
         after.append(_job(_apply_figures, b, series, reduced, info))
         return jobs
 
-    def _fill_newest(
-        self, q: str, period: Period, rows: list[tuple[dict[str, str], float]], cs: float, ce: float
+    def _seconds_waiting(self, b: _Batch, period: Period, reduced: dict[str, dict[Any, float]]) -> None:
+        """Per pod, the seconds with requests waiting for KV (any of its series with reason capacity or all).
+
+        Counted per series first: ``max without (reason)`` inside the subquery makes it seven times
+        dearer for Prometheus, and it changes nothing for a pod with at most one series ever above 0;
+        the pods with more are counted again with it.
+        """
+        at, sub = period.end - EDGE_S, f"[{_duration(period.seconds)}:{SUBQUERY_S}s]"
+        raw = self.metric("kvcache_requests_waiting", WAITING_REASONS, b.matchers)
+        counts: dict[Any, list[float]] = {}
+        for labels, v in self.src._instant(f"count_over_time(({raw} > 0){sub}) * {SUBQUERY_S}", at):
+            counts.setdefault(b.key(labels), []).append(v)
+        found = {key: values[0] for key, values in counts.items() if len(values) == 1}
+        several = [p for p in b.pods if len(counts.get(p.key, ())) > 1]
+        if several:
+            again = _Batch(b.label, several)
+            waiting = self.metric("kvcache_requests_waiting", WAITING_REASONS, again.matchers)
+            q = f"sum by ({again.by}) (count_over_time((max without (reason) ({waiting}) > 0){sub})) * {SUBQUERY_S}"
+            found.update({again.key(labels): v for labels, v in self.src._instant(q, at)})
+        reduced["waiting"] = found
+
+    def _newest_labels(
+        self, b: _Batch, period: Period, metric: str, labels: str, newest: dict[Any, dict[str, str]]
     ) -> None:
-        """Each series of ``q`` with the time of its last point in the chunk."""
-        for labels, values in self._points(q, period, cs, ce):
-            if values:
-                rows.append((labels, max(t for t, _ in values)))  # list.append is atomic: jobs run in threads
+        """Each pod's label set of ``metric`` present in the latest step (ties: the first in the answer)."""
+        coarse = INFO_STEP_S if period.seconds % INFO_STEP_S == 0 else period.step_s
+
+        def last_seen(
+            step_s: float, start: float, end: float
+        ) -> tuple[dict[Any, list[dict[str, str]]], dict[Any, float]]:
+            q = f"max by ({b.by}, {labels}) (last_over_time({self.metric(metric, b.matchers)}[{int(step_s)}s]))"
+            latest: dict[Any, tuple[float, list[dict[str, str]]]] = {}
+            for series_labels, times, _ in self.src._range(q, start + step_s - EDGE_S, end - EDGE_S, step_s):
+                if not times:
+                    continue
+                key, t = b.key(series_labels), max(times)
+                if key not in latest or t > latest[key][0]:
+                    latest[key] = (t, [series_labels])
+                elif t == latest[key][0]:
+                    latest[key][1].append(series_labels)
+            return {key: found for key, (t, found) in latest.items()}, {key: t for key, (t, _) in latest.items()}
+
+        found, when = last_seen(coarse, period.start, period.end)
+        tied = sorted({when[key] for key, sets in found.items() if len(sets) > 1 and coarse > period.step_s})
+        for t in tied:  # the hour again, at the report's steps
+            end = t + EDGE_S
+            fine, _ = last_seen(period.step_s, end - coarse, end)
+            found.update({key: sets for key, sets in fine.items() if when.get(key) == t and len(found[key]) > 1})
+        newest.update({key: sets[0] for key, sets in found.items()})
 
     # --- pages ---------------------------------------------------------------------------------
 
@@ -563,7 +660,7 @@ class _Reader:
         firing: dict[tuple[str, ...], set[int]] = {}
 
         def chunk(cs: float, ce: float) -> None:
-            for labels, values in self._points(q, period, cs, ce):
+            for labels, times, values in self._points(q, period, cs, ce):
                 key = (
                     labels.get("alertname", ""),
                     labels.get("severity", ""),
@@ -572,7 +669,8 @@ class _Reader:
                     next((labels[k] for k in POD_NAME_LABELS if labels.get(k)), ""),
                 )
                 steps = firing.setdefault(key, set())
-                steps.update(i for t, v in values if 0 <= (i := _step_of(t, period)) < period.steps and v > 0)
+                pairs = zip(times, values, strict=True)
+                steps.update(i for t, v in pairs if 0 <= (i := _step_of(t, period)) < period.steps and v > 0)
 
         after.append(lambda: pages.extend(_pages(firing, period)))
         return [_job(chunk, cs, ce) for cs, ce in self._chunks(period)]
@@ -583,9 +681,10 @@ class _Reader:
         q = f"max by (namespace, model_name) (count_over_time({self.metric(MODEL_USAGE_RULE)}[60s]))"
 
         def chunk(cs: float, ce: float) -> None:
-            for labels, values in self._points(q, period, cs, ce):
+            for labels, times, values in self._points(q, period, cs, ce):
                 model = ModelKey(labels.get("namespace", ""), labels.get("model_name", ""))
-                presence.setdefault(model, set()).update(_step_of(t, period) for t, v in values if v > 0)
+                pairs = zip(times, values, strict=True)
+                presence.setdefault(model, set()).update(_step_of(t, period) for t, v in pairs if v > 0)
 
         return [_job(chunk, cs, ce) for cs, ce in self._chunks(period)]
 
@@ -628,31 +727,103 @@ def _step_of(t: float, period: Period) -> int:
     return int(round((t + EDGE_S - period.start) / period.step_s)) - 1
 
 
-def _put(steps: list[float], period: Period, values: Iterable[tuple[float, float]]) -> None:
-    for t, v in values:
+def _put(steps: MutableSequence[float], period: Period, times: array[float], values: array[float]) -> None:
+    """Each finite value in its step (points outside the period are dropped).
+
+    A series without gaps over the chunk (the usual case) is one slice assignment.
+    """
+    n = len(values)
+    if not n:
+        return
+    first = _step_of(times[0], period)
+    if _step_of(times[-1], period) - first == n - 1:  # one point a step: point k is step first + k
+        lo, hi = max(0, -first), min(n, len(steps) - first)
+        if lo >= hi:
+            return
+        inside = values[lo:hi]
+        if math.isfinite(sum(inside)):  # no NaN or infinity among them
+            steps[first + lo : first + hi] = inside
+            return
+    for t, v in zip(times, values, strict=True):
         i = _step_of(t, period)
-        if 0 <= i < period.steps and math.isfinite(v):
+        if 0 <= i < len(steps) and math.isfinite(v):
             steps[i] = v
 
 
-def _increases(lasts: dict[str, dict[Any, list[float]]], series: dict[Any, PodSeries], period: Period) -> None:
-    """Per-step increases from the last values; a drop is a reset (the increase is the new value).
+def _grouped(
+    matrix: _Matrix, key: Callable[[dict[str, str]], Any]
+) -> dict[Any, list[tuple[array[float], array[float]]]]:
+    """The series of a range query by ``key`` of their labels, in the answer's order."""
+    out: dict[Any, list[tuple[array[float], array[float]]]] = {}
+    for labels, times, values in matrix:
+        out.setdefault(key(labels), []).append((times, values))
+    return out
+
+
+def _merged(parts: Sequence[tuple[array[float], array[float]]]) -> tuple[array[float], array[float]]:
+    """Several series as one, as Prometheus' ``max by`` does: the largest value at each time, NaN ignored."""
+    if len(parts) == 1:
+        return parts[0]
+    best: dict[float, float] = {}
+    for times, values in parts:
+        for t, v in zip(times, values, strict=True):
+            if v == v and (t not in best or v > best[t]):  # v == v: not NaN
+                best[t] = v
+    ordered = sorted(best)
+    return array("d", ordered), array("d", (best[t] for t in ordered))
+
+
+def _cut_values(body: bytes) -> tuple[bytes, list[bytes]] | None:
+    """A range query's answer with each ``"values":[...]`` emptied, and the points cut out, in order.
+
+    Prometheus, Thanos and Mimir write compact JSON; points are ``[<time>,"<value>"]`` with no
+    bracket in them, so a series' points end at the first ``]]``, and ``"values":[`` cannot occur
+    inside a JSON string (its quotes would be escaped). None when the answer is not written that way
+    (any other spacing): it is then parsed as JSON throughout.
+    """
+    parts = body.split(_VALUES)
+    if len(parts) == 1:
+        return None
+    kept, cut = [parts[0]], []
+    for part in parts[1:]:
+        end = 0 if part.startswith(b"]") else part.find(b"]]") + 1
+        if end == 0 and not part.startswith(b"]"):
+            return None
+        cut.append(part[:end])
+        kept.append(_VALUES + part[end:])
+    return b"".join(kept), cut
+
+
+def _points_of(values: Any) -> tuple[array[float], array[float]]:
+    """Timestamps and values of a series' points: cut-out bytes, or the JSON list ``[[t, "v"], ...]``.
+
+    Raises ValueError or TypeError when they are not numbers in pairs.
+    """
+    if isinstance(values, bytes):
+        tokens = values.translate(None, b'[]"').split(b",") if values else []
+        if len(tokens) % 2:
+            raise ValueError("points come in pairs")
+        return array("d", map(float, tokens[0::2])), array("d", map(float, tokens[1::2]))
+    if not isinstance(values, list):
+        raise TypeError("points are a list")
+    return array("d", (float(t) for t, _ in values)), array("d", (float(v) for _, v in values))
+
+
+def _increases(before: dict[str, dict[Any, float]], series: dict[Any, PodSeries], b: _Batch) -> None:
+    """The batch's counter series from last values to per-step increases, in place; a drop is a reset
+    (the increase is the new value).
 
     The first value seen after nothing (a pod that starts in the period) adds nothing: there is no
-    earlier value to rise from (as in the embedded history).
+    earlier value to rise from (as in the embedded history). The series hold finite values or NaN.
     """
-    for attr, rows in lasts.items():
-        for key, row in rows.items():
-            pod = series.get(key)
-            if pod is None:
-                continue
-            out: list[float] = getattr(pod, attr)
-            prev = row[0]
-            for i in range(period.steps):
-                v = row[i + 1]
-                if not math.isfinite(v):
+    for attr, first_values in before.items():
+        for p in b.pods:
+            out: MutableSequence[float] = getattr(series[p.key], attr)
+            prev = first_values.get(p.key, math.nan)
+            for i, v in enumerate(out):
+                if v != v:  # NaN: no sample in the step
                     continue
-                out[i] = 0.0 if not math.isfinite(prev) else (v - prev if v >= prev else v)
+                out[i] = 0.0 if prev != prev else (v - prev if v >= prev else v)
                 prev = v
 
 
@@ -660,7 +831,7 @@ def _apply_figures(
     b: _Batch,
     series: dict[Any, PodSeries],
     reduced: dict[str, dict[Any, float]],
-    info: dict[str, list[tuple[dict[str, str], float]]],
+    info: dict[str, dict[Any, dict[str, str]]],
 ) -> None:
     for p in b.pods:
         pod = series[p.key]
@@ -672,13 +843,11 @@ def _apply_figures(
             pod.seconds_waiting = reduced["waiting"][p.key]
         pod.gpu_memory_utilization = reduced["kvcache_gpu_memory_utilization"].get(p.key)
         pod.bytes_per_token = reduced["kvcache_theoretical_bytes_per_token"].get(p.key)
-    for metric, rows in info.items():
-        newest: dict[Any, tuple[float, dict[str, str]]] = {}
-        for labels, t in rows:
-            key = b.key(labels)
-            if key in series and (key not in newest or t > newest[key][0]):
-                newest[key] = (t, labels)
-        for key, (_, labels) in newest.items():
+        pod.requests_running_peak = reduced["running"].get(p.key)
+    for metric, newest in info.items():
+        for key, labels in newest.items():
+            if key not in series:
+                continue
             pod = series[key]
             if metric == "kvcache_server_info":
                 pod.block_size = _int(labels.get("block_size"))

@@ -40,6 +40,7 @@ import math
 import os
 import re
 import tempfile
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -118,14 +119,13 @@ def write_report(report: Report, out_dir: Path, formats: Sequence[str] = FORMATS
     return [path for path, _ in documents] + [path for path, _ in images]
 
 
-def _document(fmt: str, report: Report, pictures: dict[str, bytes], images_folder: str) -> bytes:
+def _document(fmt: str, report: Report, pictures: dict[str, bytes], images_folder: str) -> bytes | list[str]:
+    """The document's bytes; JSON's as its ASCII pieces, written one by one (25 MB for a week of 64 pods)."""
     if fmt == "md":
-        text = markdown(report, pictures, images_folder)
-    elif fmt == "html":
-        text = page(report, pictures)
-    else:
-        text = json_text(report)
-    return text.encode("utf-8")
+        return markdown(report, pictures, images_folder).encode("utf-8")
+    if fmt == "html":
+        return page(report, pictures).encode("utf-8")
+    return json_pieces(report)
 
 
 def base_name(period: Period) -> str:
@@ -171,7 +171,7 @@ def model_slugs(report: Report) -> list[str]:
 # ----------------------------------------------------------------------------- atomic writes
 
 
-def _commit(out_dir: Path, files: list[tuple[Path, bytes]]) -> None:
+def _commit(out_dir: Path, files: Sequence[tuple[Path, bytes | list[str]]]) -> None:
     """Stage every file under a temporary name, then rename them all into place, in order."""
     staged: list[tuple[str, Path]] = []
     try:
@@ -203,12 +203,17 @@ def _make_dirs(out_dir: Path, images_dir: Path | None) -> list[Path]:
     return created
 
 
-def _stage(path: Path, data: bytes) -> str:
-    """``data`` in a complete temporary file next to ``path`` (the bytes twin of ``write_atomically``)."""
+def _stage(path: Path, data: bytes | list[str]) -> str:
+    """``data`` (bytes, or ASCII pieces) in a complete temporary file next to ``path`` (the bytes twin of
+    ``write_atomically``)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            if isinstance(data, bytes):
+                f.write(data)
+            else:
+                for piece in data:
+                    f.write(piece.encode("ascii"))
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
@@ -647,20 +652,65 @@ def json_text(report: Report) -> str:
 
     Compact (no indentation): a week of 64 pods has millions of timeline points, and one per line made
     a 57 MB file that took longer to write than the report to read (``jq .`` indents it for people).
+    The text is what ``json.dumps(..., sort_keys=True, separators=(",", ":"))`` gives for the same
+    objects, written here so that a timeline becomes one string without a Python list of its points
+    in between (120 MB for a week of 64 pods).
     """
-    return json.dumps(_plain(report), sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"
+    return "".join(json_pieces(report))
 
 
-def _plain(value: Any) -> Any:
-    """JSON-ready copy in one pass (``dataclasses.asdict`` deep-copies every point first: twice the work)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, (list, tuple)):
-        if all(type(v) is float for v in value):
-            return [v if math.isfinite(v) else None for v in value]
-        return [_plain(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
+def json_pieces(report: Report) -> list[str]:
+    """:func:`json_text` in pieces (ASCII: ``json.dumps`` escapes the rest)."""
+    out: list[str] = []
+    _json(report, out)
+    out.append("\n")
+    return out
+
+
+def _json(value: Any, out: list[str]) -> None:
+    """Append the JSON text of ``value`` to ``out`` (as ``json.dumps`` with sorted keys, compact)."""
+    if value is None or value is True or value is False:
+        out.append("null" if value is None else "true" if value else "false")
+    elif isinstance(value, str):
+        out.append(json.dumps(value))
+    elif isinstance(value, int):
+        out.append(int.__repr__(value))
+    elif isinstance(value, float):
+        out.append(float.__repr__(value) if math.isfinite(value) else "null")
+    elif isinstance(value, array):
+        out.append(_float_list(value))
+    elif isinstance(value, (list, tuple)):
+        if value and all(type(v) is float for v in value):
+            out.append(_float_list(value))
+            return
+        out.append("[")
+        for i, v in enumerate(value):
+            if i:
+                out.append(",")
+            _json(v, out)
+        out.append("]")
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        _json_object(((f.name, getattr(value, f.name)) for f in dataclasses.fields(value)), out)
+    elif isinstance(value, dict):
+        _json_object(((str(k), v) for k, v in value.items()), out)
+    else:
+        raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def _json_object(items: Iterator[tuple[str, Any]], out: list[str]) -> None:
+    out.append("{")
+    for i, (k, v) in enumerate(sorted(items, key=lambda kv: kv[0])):
+        if i:
+            out.append(",")
+        out.append(json.dumps(k))
+        out.append(":")
+        _json(v, out)
+    out.append("}")
+
+
+def _float_list(values: Sequence[float]) -> str:
+    """``[1.5,null,...]``: floats as ``repr`` writes them (as ``json`` does), NaN as null."""
+    text = ",".join(map(float.__repr__, values))
+    if "inf" in text:  # never in a report's figures; null as NaN is
+        text = ",".join(float.__repr__(v) if math.isfinite(v) else "nan" for v in values)
+    return "[" + text.replace("nan", "null") + "]"

@@ -8,6 +8,7 @@ names (``_tokens``, ``_s``, ``_ratio`` for 0-1). ``None`` means "not known" (no 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .data import ModelKey, Page, Period
@@ -83,13 +84,16 @@ class Advice:
 
 @dataclass(frozen=True)
 class Timeline:
-    """Per-step series for the plots (one value per step of the period, None = no data)."""
+    """Per-step series for the plots (one value per step of the period, NaN or None = no data).
+
+    :mod:`sidecar.report.figures` gives ``array("d")`` series with NaN (8 bytes a step); JSON shows null.
+    """
 
     step_s: float
     start: float
-    usage_max_ratio: list[float | None]
-    demand_tokens: list[float | None]
-    usable_tokens: list[float | None]
+    usage_max_ratio: Sequence[float | None]
+    demand_tokens: Sequence[float | None]
+    usable_tokens: Sequence[float | None]
     #: preemptions per hour (one value per hour of the period)
     preemptions_per_hour: list[float]
     #: hour-of-week profile: 7 rows (Monday first) of 24 peak usages (None: no data that hour)

@@ -445,7 +445,7 @@ def test_usage_errors(stub, push, args, expected):
         f"Bearer {TOKEN}",  # the header's scheme pasted along
         f"{TOKEN}\x00",  # NUL
         f"{TOKEN}\x1b[0m",  # a terminal escape
-        f"\ufeff{TOKEN}",  # an editor's byte-order mark
+        f"{TOKEN}\u200b",  # a zero-width space pasted along (a leading byte-order mark is dropped)
         f"{TOKEN}\u00e9",  # non-ASCII
     ],
 )

@@ -60,12 +60,12 @@ def test_minutes_become_steps(tmp_path):
     assert (pod.model, pod.pod, pod.engine) == (ModelKey("", "llama"), "vllm-a", "0")
     assert pod.usage_max == pytest.approx([0.1 * i + 0.05 for i in range(10)])
     assert pod.usage_mean == pytest.approx([0.1 * i + 0.025 for i in range(10)])
-    assert pod.demand_max == [100.0 * i + 10 for i in range(10)]
-    assert pod.capacity_tokens == [8192.0] * 5 + [16384.0] * 5
+    assert list(pod.demand_max) == [100.0 * i + 10 for i in range(10)]
+    assert list(pod.capacity_tokens) == [8192.0] * 5 + [16384.0] * 5
     # the first sample ever adds nothing; the restart's drop counts the new value (0), then +1 a sample
-    assert pod.preemptions == [1.0] + [2.0] * 4 + [1.0] + [2.0] * 4
-    assert pod.waiting_max == [float(i % 3) for i in range(10)]  # reason=capacity only
-    assert pod.theoretical_capacity_tokens == [8000.0] * 10
+    assert list(pod.preemptions) == [1.0] + [2.0] * 4 + [1.0] + [2.0] * 4
+    assert list(pod.waiting_max) == [float(i % 3) for i in range(10)]  # reason=capacity only
+    assert list(pod.theoretical_capacity_tokens) == [8000.0] * 10
     assert pod.gpu_memory_utilization == 0.95 and pod.block_size == 16 and pod.kv_cache_memory_bytes is None
     assert all(math.isnan(x) for x in pod.prefix_queries)  # never recorded: no data, not zero
     assert week.pages == [] and week.pages_known is False
@@ -130,7 +130,7 @@ def test_read_while_the_daemon_writes_and_after_it_stopped(tmp_path):
     writer.close()
     assert not path.with_name("h.sqlite-wal").exists()
     (pod,) = HistorySource(path).load(Period(T0, T0 + 120)).pods
-    assert pod.usage_max == [0.5, 0.6]
+    assert list(pod.usage_max) == [0.5, 0.6]
     # no writer: read as immutable, nothing created beside the file (the daemon's folder may not be ours)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h.sqlite"]
 

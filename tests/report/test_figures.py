@@ -175,7 +175,7 @@ def test_pod_capacity_and_pressure(report):
     # the restarted pod: NaN steps count nowhere
     assert a1.pressure.prefix_hit_ratio == pytest.approx(0.2)
     assert a1.usage.p50_ratio == pytest.approx(0.3)
-    assert a1.timeline.usage_max_ratio[GAP[0]] is None
+    assert math.isnan(a1.timeline.usage_max_ratio[GAP[0]])  # no data: NaN (null in the JSON)
     assert a1.timeline.usable_tokens[GAP[0]] == USABLE  # the capacity carried over the gap
     assert (a1.pressure.preemptions, a1.pressure.worst_hour_start, a1.pressure.worst_hour_preemptions) == (0, None, 0)
     assert (a0.pages, a1.pages) == (1, 0)
@@ -323,7 +323,9 @@ def test_all_nan_pod():
     assert (c.capacity_tokens, c.usable_tokens, c.peak_demand_tokens, c.peak_demand_ratio, c.idle_ratio) == (None,) * 5
     assert (m.advice.action, m.advice.reason) == ("none", "insufficient_data")
     assert m.advice.sentence.startswith("No advice: vLLM's capacity")
-    assert m.pods[0].timeline.usage_max_ratio == [None] * 120
+    assert len(m.pods[0].timeline.usage_max_ratio) == 120 and all(
+        math.isnan(v) for v in m.pods[0].timeline.usage_max_ratio
+    )
     assert m.timeline.hour_of_week_peak_ratio == [[None] * 24 for _ in range(7)]
     assert m.growth.verdict == "no previous data" and not m.needs_action and r.summary == []
 

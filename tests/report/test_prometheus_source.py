@@ -8,8 +8,9 @@ The dataset (:func:`dataset`): two days at one sample a minute, on the minute, o
   preemptions ``100 + k`` (the hour before the period too: the first step rises from there),
   prefix queries/hits +100/+25 a minute, capacity 16,384 (theoretical: estimated 16,000 and exact
   16,384), only ``reason="deferred"`` waiting (so no time waiting for KV);
-- ``vllm-b``: usage 0.3, 0.92 for two hours; waiting for capacity for one hour; a restart at minute
-  1,530 (ten minutes without samples, then a counter reset to 5, new capacity, block size and KV bytes);
+- ``vllm-b``: usage 0.3, 0.92 for two hours; waiting for capacity for one hour, and in a second series
+  (``reason="all"``) for an hour from the middle of that one; a restart at minute 1,530 (ten minutes
+  without samples, then a counter reset to 5, new capacity, block size and KV bytes);
 - ``ALERTS``: a warning ``KVCacheAlmostFull`` on vllm-b (pending for 5 minutes, then firing for 115),
   a 3-minute ``KVCacheFullSoon``, and a firing alert of another name (not a page).
 
@@ -70,8 +71,17 @@ def b_up(k: int) -> bool:
     return not RESTART <= k < RESTART + GAP
 
 
-def waiting_b(k: int) -> float:
+def waiting_b_capacity(k: int) -> float:
     return 2.0 if 300 <= k < 360 else 0.0
+
+
+def waiting_b_all(k: int) -> float:
+    """A second series of waiting requests (``reason="all"``), half an hour inside the first one's hour."""
+    return 1.0 if 330 <= k < 390 else 0.0
+
+
+def waiting_b(k: int) -> float:
+    return max(waiting_b_capacity(k), waiting_b_all(k))
 
 
 def preemptions_b(k: int) -> float:
@@ -115,7 +125,8 @@ def dataset() -> str:
         ("kvcache_prefix_cache_queries_tokens_total", a, [(k, 100 * k) for k in period]),
         ("kvcache_prefix_cache_hits_tokens_total", a, [(k, 25 * k) for k in period]),
         ("kvcache_requests_waiting", {**a, "reason": "deferred"}, [(k, 7) for k in period]),
-        ("kvcache_requests_waiting", {**b, "reason": "capacity"}, [(k, waiting_b(k)) for k in b_minutes]),
+        ("kvcache_requests_waiting", {**b, "reason": "capacity"}, [(k, waiting_b_capacity(k)) for k in b_minutes]),
+        ("kvcache_requests_waiting", {**b, "reason": "all"}, [(k, waiting_b_all(k)) for k in b_minutes]),
         ("kvcache_requests_running", a, [(k, 4) for k in period]),
         ("kvcache_requests_running", b, [(k, 2) for k in b_minutes]),
         ("kvcache_gpu_memory_utilization", a, [(k, 0.9) for k in period]),
@@ -227,7 +238,9 @@ def test_pods_and_their_step_series(loaded):
     a, b = _pod(week, "vllm-a"), _pod(week, "vllm-b")
     assert a.labels == {"namespace": "llm", "model_name": "m", "pod": "vllm-a", "engine": "0"}
     assert week.source == "Prometheus " + week.source.split(" ", 1)[1] and week.pages_known
-    assert _same(a.usage_max, _steps(usage_a)) and _same(a.usage_mean, _steps(usage_a))
+    assert _same(a.usage_max, _steps(usage_a))
+    # the means serve only for figures Prometheus did not reduce: here it reduced them all
+    assert all(math.isnan(v) for v in a.usage_mean + b.usage_mean)
     assert _same(b.usage_max, _steps(usage_b, b_up))
     assert _same(a.demand_max, _steps(lambda k: round(usage_a(k) * 10_000)))
     assert _same(b.capacity_tokens, _steps(lambda k: 12_288 if k >= RESTART else 8_192, b_up))
@@ -235,7 +248,7 @@ def test_pods_and_their_step_series(loaded):
     assert _same(b.theoretical_capacity_tokens, _steps(lambda k: 12_000, b_up))
     assert _same(b.waiting_max, _steps(waiting_b, b_up))
     assert all(math.isnan(v) for v in a.waiting_max)  # only reason="deferred": not waiting for KV
-    assert _same(a.running_max, _steps(lambda k: 4))
+    assert (a.requests_running_peak, b.requests_running_peak) == (4.0, 2.0)  # one number, reduced on the server
 
 
 @pytest.mark.e2e
@@ -266,7 +279,8 @@ def test_figures_reduced_from_raw_samples(loaded):
     assert a.seconds_above == seconds_above(ua)
     assert a.seconds_above == {"warning": 532 * 60.0, "watermark": 252 * 60.0}  # 19 and 9 of every 100 minutes
     assert b.seconds_above == seconds_above(ub) == {"warning": 7200.0, "watermark": 7200.0}
-    assert b.seconds_waiting == 3600.0 and a.seconds_waiting is None
+    # 90 minutes with a request waiting in one series or the other (not 60 + 60: they overlap for 30)
+    assert b.seconds_waiting == 5400.0 and a.seconds_waiting is None
     assert (a.gpu_memory_utilization, b.gpu_memory_utilization) == (0.9, 0.95)
     assert (a.bytes_per_token, b.bytes_per_token) == (131_072, None)
     assert (a.block_size, a.kv_cache_memory_bytes) == (16, None)
@@ -298,7 +312,7 @@ def test_model_figures_from_the_recording_rules(loaded):
     hottest = [max(usage_a(k), usage_b(k)) if b_up(k) else usage_a(k) for k in range(MINUTES)]
     assert week.model_usage_quantiles[LLM_M] == pytest.approx(figures(hottest), abs=1e-12)
     assert week.model_seconds_above[LLM_M] == seconds_above(hottest)
-    assert week.model_seconds_waiting[LLM_M] == 3600.0
+    assert week.model_seconds_waiting[LLM_M] == 5400.0
 
 
 @pytest.mark.e2e
@@ -308,6 +322,7 @@ def test_previous_period(loaded):
     prev = week.previous
     assert prev is not None and prev.period == PERIOD.previous()
     assert [p.pod for p in prev.pods] == ["vllm-a"]
+    assert _same(prev.pods[0].usage_mean[-60:], [0.5] * 60)  # no rules then: the model's figures need the means
     assert math.fsum(v for v in prev.pods[0].preemptions if math.isfinite(v)) == 59
     assert prev.pods[0].usage_quantiles == {"max": 0.5, "p50": 0.5, "p95": 0.5, "p99": 0.5}
     assert prev.model_usage_quantiles == {} and prev.pages == []
@@ -337,6 +352,7 @@ def test_without_selector_a_pod_named_by_instance(prometheus):
     assert _same(c.usage_max, _steps(lambda k: 0.1))
     narrowed = source.load(PERIOD, '{pod="vllm-a"}')
     assert [p.pod for p in narrowed.pods] == ["vllm-a"] and narrowed.model_usage_quantiles == {}
+    assert _same(narrowed.pods[0].usage_mean, _steps(usage_a))  # no model rules: the means are read
     assert source.queries < 100
 
 
@@ -397,20 +413,6 @@ def send(h: BaseHTTPRequestHandler, code: int, body: bytes) -> None:
 
 
 EMPTY = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
-
-
-@pytest.fixture
-def stub():
-    servers: list[Stub] = []
-
-    def make(answer):
-        servers.append(Stub(answer))
-        return servers[-1]
-
-    yield make
-    for s in servers:
-        s.shutdown()
-        s.server_close()
 
 
 def quick(url: str, **kw) -> PrometheusSource:
