@@ -144,15 +144,22 @@ def fill_rate(
         if past_resets:
             last_reset = max(past_resets)
             pts = [p for p in pts if p[0] >= last_reset]
+    return _rate_and_envelope(pts, min_samples, min_span_s, segments, segment_s)[0]
+
+
+def _rate_and_envelope(
+    pts: list[tuple[float, float]], min_samples: int, min_span_s: float, segments: int, segment_s: float | None
+) -> tuple[float | None, list[tuple[float, float]]]:
+    """:func:`fill_rate` of finite, time-sorted points, and the envelope it was fitted to ([] if none)."""
     if len(pts) < min_samples or pts[-1][0] - pts[0][0] < min_span_s:
-        return None
+        return None, []
     envelope = upper_envelope(pts, segments, segment_s)
     if len(envelope) < 2:
-        return None
+        return None, envelope
     slope = theil_sen_slope(envelope)
     if slope is not None and slope > 0 and kendall_tau(envelope) < MIN_TREND_TAU:
-        return 0.0  # the peaks do not rise consistently: noise, not a fill (Mann–Kendall test)
-    return slope
+        return 0.0, envelope  # the peaks do not rise consistently: noise, not a fill (Mann–Kendall test)
+    return slope, envelope
 
 
 def kendall_tau(points: Sequence[tuple[float, float]]) -> float:
@@ -196,8 +203,10 @@ def envelope_level(
     so a scrape that happens to land in a trough does not add minutes to the
     forecast.
     """
-    pts = _finite_points(samples)
-    envelope = upper_envelope(pts, segments, segment_s)
+    return _level(upper_envelope(_finite_points(samples), segments, segment_s), rate, at)
+
+
+def _level(envelope: Sequence[tuple[float, float]], rate: float, at: float) -> float | None:
     if not envelope or not math.isfinite(rate):
         return None
     return statistics.median(y + rate * (at - t) for t, y in envelope)
@@ -230,11 +239,13 @@ def trend_over(
     finite (the forecast layer records them so). ``None`` while the window has
     too few samples (:func:`fill_rate`).
     """
-    pts = [p for p in points if p[0] >= now - window_s]
-    rate = fill_rate(pts, min_samples=min_samples, min_span_s=min_span_s, segments=segments, segment_s=segment_s)
+    start = now - window_s
+    pts = _finite_points(p for p in points if p[0] >= start)
+    # fill_rate and envelope_level of pts, with the envelope computed once (this runs at every scrape)
+    rate, envelope = _rate_and_envelope(pts, min_samples, min_span_s, segments, segment_s)
     if rate is None:
         return None
-    level = envelope_level(pts, rate, now, segments=segments, segment_s=segment_s)
+    level = _level(envelope, rate, now)
     return None if level is None else Trend(window_s, rate, level)
 
 
