@@ -126,7 +126,7 @@ CASES: dict[str, tuple[Callable[[], str], dict[str, Any]]] = {
     ),
     "long-label-sets-1.4MB": (_long_labels(20_000), {}),
     "long-label-sets-1.4MB-no-label-limits": (_long_labels(20_000), NO_LABEL_LIMITS),
-    # 100,000 reasons are 5.6 MB, past the default body_size_limit (4MiB): raised, so the other limits are measured
+    # 100,000 reasons are 10.8 MB, past the default body_size_limit (4MiB): raised, so the other limits are measured
     "reason-values-100000": (_reasons(100_000), {"body_size_limit": "16MiB"}),
     "reason-values-100000-no-sample-limit": (_reasons(100_000), {"sample_limit": 0, "body_size_limit": "16MiB"}),
     "engines-257": (_engines(257), {}),

@@ -253,7 +253,7 @@ def test_a_series_past_a_label_limit_fails_the_scrape(h, server, logs, line):
 
 
 def test_too_many_sample_lines_fail_the_scrape_before_the_parse(server, logs):
-    # 100,000 lines are 5.6 MB: past the default body_size_limit, raised here so that sample_limit is what holds
+    # 100,000 lines are 6.6 MB: past the default body_size_limit, raised here so that sample_limit is what holds
     h = Harness(server, body_size_limit_bytes=16 << 20)
     try:
         lines = "".join(f'vllm:num_requests_waiting_by_reason{{engine="0",reason="r{i}"}} 1\n' for i in range(100_000))
