@@ -27,6 +27,7 @@ tools:
 	bash scripts/install-prometheus-tools.sh
 	bash scripts/install-chromium.sh
 	bash scripts/install-container-tools.sh
+	bash scripts/install-actionlint.sh
 
 # The container image ghcr.io/kv-cache-sidecar/kv-cache-sidecar:<version> with podman, on a base made from
 # Debian packages (no container registry needed); BASE_IMAGE=docker.io/library/python:3.12-slim-bookworm uses that one.

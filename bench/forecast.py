@@ -10,15 +10,23 @@ this script runs the library, in parallel, and prints the tables.
     .venv/bin/python bench/forecast.py                 # the library, 3 seeds (diurnal: 1), 2 processes
     .venv/bin/python bench/forecast.py --seeds 1 --skip diurnal-day   # quick look
     .venv/bin/python bench/forecast.py --sweep         # compare forecast settings and candidate rules
+    .venv/bin/python bench/forecast.py --trace conversation_trace.jsonl --trace-only   # a real trace, 5 pool sizes
 
-The rule whose figures go into the closing note is
-:data:`~sidecar.forecast_validation.FORECAST_RULE`; ``alerts/`` (``KVCacheFullSoon``) must use
-exactly that expression and ``for``. Method and results: docs/forecast-validation.md.
+``--trace FILE`` (repeatable; Azure CSV, Mooncake JSONL or plain, see docs/simulator.md) replays a
+full public trace from its path at every pool size of ``--trace-scales`` and prints, per trace, scale
+and paging rule, the lead, page and preemption episodes, the episodes warned, pages per saturating hour
+and false pages, then the targets (docs/forecast-validation.md, "Real traffic").
+
+The rules whose figures go into the closing note are
+:data:`~sidecar.forecast_validation.FORECAST_RULE` and :data:`~sidecar.forecast_validation.PAGE_RULE`;
+``alerts/`` (``KVCacheFullSoon``, ``KVCacheAlmostFull`` critical) must use exactly their expression,
+``for`` and ``keep_firing_for``. Method and results: docs/forecast-validation.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import statistics
@@ -33,6 +41,7 @@ from sidecar.forecast_validation import (
     FORECAST_FLAGS,
     FORECAST_RULE,
     FORECAST_SPECIFIED,
+    PAGE_RULE,
     PREROLL_S,
     RAMPS,
     SCENARIOS,
@@ -40,13 +49,18 @@ from sidecar.forecast_validation import (
     STATIC_ALERT,
     STATIC_RULE,
     STEP_S,
+    TRACE_PREROLL_S,
+    TRACE_SCALES,
+    TRACE_SERVER,
     TTF,
     USAGE,
     Outcome,
     Rule,
     Trace,
+    TraceOutcome,
     both,
     collect,
+    collect_trace,
     fmt_lead,
     gt,
     lt,
@@ -54,8 +68,11 @@ from sidecar.forecast_validation import (
     outcome,
     over_time,
     settings_name,
+    trace_outcome,
 )
-from sidecar.simulator import LIBRARY
+from sidecar.simulator import LIBRARY, SimConfig
+from sidecar.simulator.simulation import peak_used_blocks
+from sidecar.simulator.trace import TraceError, TracePlay, load_trace
 
 #: Rules compared by ``--sweep`` besides the shipped one.
 CANDIDATES: tuple[Rule, ...] = (
@@ -89,14 +106,16 @@ CANDIDATES: tuple[Rule, ...] = (
 
 
 def table(
-    traces: Sequence[Trace], forecast: Rule = FORECAST_RULE, statics: Sequence[Rule] = (STATIC_RULE, STATIC_ALERT)
+    traces: Sequence[Trace],
+    forecast: Rule = FORECAST_RULE,
+    statics: Sequence[Rule] = (STATIC_RULE, STATIC_ALERT, PAGE_RULE),
 ) -> str:
     """The Markdown table of the closing note: per scenario, median lead (per-seed leads), false pages."""
     rows = [
         "| scenario | runs | preempting | first preemption (min) | static `usage > 0.9` 5m lead | "
-        "alerts/ `max_over_time(usage[1m]) > 0.9` 5m lead | forecast lead | forecast firing at 1st "
-        "preemption | false pages static / forecast |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "page before: `max_over_time(usage[1m]) > 0.9` 5m lead | page: `quantile_over_time(0.95, usage[10m]) "
+        "> 0.9` lead | forecast lead | forecast firing at 1st preemption | false pages static / page / forecast |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for sc in SCENARIOS:
         trs = [t for t in traces if t.scenario == sc]
@@ -114,9 +133,10 @@ def table(
 
         rows.append(
             f"| {sc} | {len(trs)} | {len(pre)} | {'—' if first is None else f'{first:.1f}'} | "
-            f"{cell(s[0])} | {cell(s[1])} | {cell(f)} | "
+            f"{cell(s[0])} | {cell(s[1])} | {cell(s[2])} | {cell(f)} | "
             f"{sum(o.firing_at_preemption for o in pre)}/{len(pre)} | "
-            f"{sum(o.false_page for o in s[0])} / {sum(o.false_page for o in f)} |"
+            f"{sum(o.false_page for o in s[0])} / {sum(o.false_page for o in s[2])} / "
+            f"{sum(o.false_page for o in f)} |"
         )
     return "\n".join(rows)
 
@@ -143,6 +163,17 @@ def verdict(traces: Sequence[Trace], forecast: Rule = FORECAST_RULE) -> list[str
             f"static median lead on the ramps: {fmt_lead(sm)} min; forecast - static = "
             f"{fm - sm:+.1f} min (target >= +5): {'MET' if fm - sm >= 5 else 'NOT MET'}"
         )
+    pm, bm = median_lead([outcome(PAGE_RULE, t) for t in ramps]), median_lead([outcome(STATIC_ALERT, t) for t in ramps])
+    if pm is not None and bm is not None:
+        out.append(
+            f"page median lead on the ramps: {fmt_lead(pm)} min, page before {fmt_lead(bm)} min "
+            f"(target: no regression): {'MET' if pm >= bm else 'NOT MET'}"
+        )
+    pfp = [t for t in quiet if outcome(PAGE_RULE, t).false_page]
+    out.append(
+        f"page false pages on the {len(quiet)} preemption-free runs: {len(pfp)} (target 0): "
+        f"{'MET' if not pfp else 'NOT MET'}"
+    )
     out.append(
         f"forecast false pages on the {len(quiet)} preemption-free runs "
         f"({', '.join(sorted({t.scenario for t in quiet}))}): {len(fp)} (target 0): "
@@ -219,6 +250,102 @@ def sweep_table(traces: Sequence[Trace]) -> str:
     return "\n".join(rows)
 
 
+# ------------------------------------------------------------------------------------------------
+# Trace runs (docs/forecast-validation.md, "Real traffic")
+# ------------------------------------------------------------------------------------------------
+
+#: The paging rules of the trace table: each alone, and both together (what the pager sees).
+#: "before" = the rules as they were (KVCacheAlmostFull critical above 0.9 for 5m, KVCacheFullSoon
+#: without its start guard and keep_firing_for); the others are the rules shipped in alerts/.
+PAGING: tuple[tuple[str, tuple[Rule, ...]], ...] = (
+    ("AlmostFull critical before", (STATIC_ALERT,)),
+    ("FullSoon before", (FORECAST_SPECIFIED,)),
+    ("AlmostFull critical", (PAGE_RULE,)),
+    ("FullSoon", (FORECAST_RULE,)),
+    ("any page before", (STATIC_ALERT, FORECAST_SPECIFIED)),
+    ("any page", (PAGE_RULE, FORECAST_RULE)),
+)
+
+
+def _trace_work(
+    args: tuple[str, str, float, SimConfig, float, list[dict[str, object]]],
+) -> tuple[str, float, int, Trace]:
+    name, path, speed, config, scale, settings = args
+    play = TracePlay(load_trace(path), speed=speed)
+    (tr,) = collect_trace(play, config, settings, name=name)
+    return name, scale, config.usable_blocks, tr
+
+
+def trace_runs(
+    paths: Sequence[str], speed: float, scales: Sequence[float], settings: dict[str, object], processes: int
+) -> list[tuple[str, float, int, Trace]]:
+    """Every trace at every pool scale: (trace name, scale, usable blocks, recorded run)."""
+    jobs = []
+    for path in paths:
+        play = TracePlay(load_trace(path), speed=speed)
+        peak = peak_used_blocks(play, TRACE_SERVER)
+        name = Path(path).name
+        for scale in scales:
+            # usable = ceil(peak / scale), plus vLLM's null block (sidecar.simulator.trace.pool_for_peak)
+            usable = max(2, math.ceil(peak / scale))
+            config = TRACE_SERVER.replace(
+                num_gpu_blocks_override=usable + 1,
+                # vLLM refuses a max_model_len the pool cannot hold (a small pool of short requests)
+                max_model_len=min(TRACE_SERVER.max_model_len, usable * TRACE_SERVER.block_size),
+            )
+            jobs.append((name, path, speed, config, scale, [settings]))
+    if processes <= 1:
+        return [_trace_work(j) for j in jobs]
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        return list(pool.map(_trace_work, jobs))
+
+
+def _cell(o: TraceOutcome) -> str:
+    lead = fmt_lead(o.lead_min)
+    per = o.pages_per_saturating_hour
+    return (
+        f"{lead} | {o.page_episodes}/{o.preemption_episodes} | {o.warned}/{o.preemption_episodes} | "
+        f"{'—' if per is None else f'{per:.1f}'} | {'**yes**' if o.false_page else 'no'}"
+    )
+
+
+def trace_table(runs: Sequence[tuple[str, float, int, Trace]]) -> str:
+    rows = [
+        "| trace | peaks at | usable blocks | preemptions | rule | lead (min) | page episodes / preemption "
+        "episodes | episodes warned | pages per saturating hour | false page |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, scale, blocks, tr in runs:
+        for label, rules in PAGING:
+            rows.append(
+                f"| {name} | {scale:g} | {blocks} | {tr.preemptions} | {label} | {_cell(trace_outcome(rules, tr))} |"
+            )
+    return "\n".join(rows)
+
+
+def trace_verdict(runs: Sequence[tuple[str, float, int, Trace]], rules: Sequence[Rule]) -> list[str]:
+    """The targets fixed before the work (docs/forecast-validation.md), for ``rules`` together."""
+    outs = [(tr, trace_outcome(rules, tr)) for _, _, _, tr in runs]
+    pre = [o for tr, o in outs if tr.preemption_times]
+    quiet = [o for tr, o in outs if not tr.preemption_times]
+    leads = [o.lead_min for o in pre if o.lead_min is not None]
+    before = sum(1 for x in leads if x > 0)
+    med = statistics.median(leads) if leads else None
+    eps = sum(o.preemption_episodes for o in pre)
+    warned = sum(o.warned for o in pre)
+    worst = max((o.pages_per_saturating_hour or 0.0 for o in pre), default=0.0)
+    fps = sum(o.false_page for o in quiet)
+    return [
+        f"a page before the first preemption in {before}/{len(pre)} preempting runs (target all): "
+        f"{'MET' if before == len(pre) else 'NOT MET'}",
+        f"median lead {fmt_lead(med)} min (target >= +5): {'MET' if med is not None and med >= 5 else 'NOT MET'}",
+        f"preemption episodes warned {warned}/{eps} ({100 * warned / max(eps, 1):.0f}%, target >= 80%): "
+        f"{'MET' if warned >= 0.8 * eps else 'NOT MET'}",
+        f"most page episodes per saturating hour {worst:.1f} (target <= 2): {'MET' if worst <= 2 else 'NOT MET'}",
+        f"false pages {fps}/{len(quiet)} runs without preemption (target 0): {'MET' if fps == 0 else 'NOT MET'}",
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3, help="seeds per scenario (diurnal-day always 1)")
@@ -230,6 +357,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--segment", help="forecast.segment")
     ap.add_argument("--min-samples", type=int, help="forecast.min_samples")
     ap.add_argument("--cold-start", action="store_true", help="no pre-roll: every run starts from an empty cache")
+    ap.add_argument("--trace", action="append", default=[], help="also replay this arrival trace (repeatable)")
+    ap.add_argument("--trace-only", action="store_true", help="only the trace runs, not the library")
+    ap.add_argument("--trace-speed", type=float, default=1.0, help="trace time compression")
+    ap.add_argument(
+        "--trace-scales",
+        default=",".join(f"{x:g}" for x in TRACE_SCALES),
+        help="pool sizes, as the usage the trace's peaks reach (comma-separated)",
+    )
     a = ap.parse_args(argv)
     if a.seeds < 1 or a.processes < 1:
         print("--seeds and --processes must be at least 1", file=sys.stderr)
@@ -241,6 +376,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings[key] = value
     wall0 = time.perf_counter()
     cpu0 = time.process_time()
+    if a.trace:
+        try:
+            runs = trace_runs(
+                a.trace, a.trace_speed, [float(x) for x in a.trace_scales.split(",")], settings, a.processes
+            )
+        except TraceError as e:
+            print(f"bench/forecast.py: {e}", file=sys.stderr)
+            return 2
+        print(
+            f"Trace runs: server {TRACE_SERVER.max_num_batched_tokens} batched tokens, max_model_len "
+            f"{TRACE_SERVER.max_model_len}; the first {TRACE_PREROLL_S / 60:g} min warm up and are not counted.\n"
+        )
+        print(trace_table(runs))
+        for label, rules in PAGING:
+            print(f"\n{label}:")
+            for line in trace_verdict(runs, rules):
+                print(f"- {line}")
+        if a.trace_only:
+            return 0
     traces = run(scenarios, a.seeds, SWEEP if a.sweep else [settings], a.processes, 0.0 if a.cold_start else PREROLL_S)
     wall = time.perf_counter() - wall0
     child = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -254,7 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"(simulated); seeds 1..{a.seeds} (diurnal-day: 1).\n"
         )
         print(
-            f"Forecast rule: `{FORECAST_RULE.expr}` for {FORECAST_RULE.for_s / 60:g}m. "
+            f"Forecast rule: `{' '.join(FORECAST_RULE.expr.split())}` for {FORECAST_RULE.for_s / 60:g}m; page: "
+            f"`{PAGE_RULE.expr}`, keep_firing_for {PAGE_RULE.keep_s / 60:g}m. "
             f"Lead = first preemption − first firing, simulated minutes: median over seeds in bold, "
             f"then per seed; `miss` = never fired although it preempted; n/a = no preemption.\n"
         )

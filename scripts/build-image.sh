@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Build the kv-cache-sidecar image with podman from this checkout (`make image`; tests/image/ runs it).
+# Build the kv-cache-sidecar images with podman from this checkout (`make image`; tests/image/ runs them):
+# the daemon (the Dockerfile's default target) and the weekly report's (--target report, with matplotlib).
 #
 #   scripts/build-image.sh                      base made from Debian packages (no container registry needed)
 #   scripts/build-image.sh --base-image IMAGE   base from a registry: docker.io/library/python:3.12-slim-bookworm
 #   scripts/build-image.sh --tag NAME           default: ghcr.io/kv-cache-sidecar/kv-cache-sidecar:<version>
+#                                               (the report's: the same name with -report before the tag)
 #
 # With a registry, `podman build .` or `docker build .` alone is enough; this script is for machines that
 # reach Debian's mirrors and the Python package index but no container registry:
@@ -17,7 +19,8 @@
 #      image (the final stage copies only the venv) nor in the repository.
 # podman runs with `--runtime runc --cgroup-manager cgroupfs` (override with PODMAN="podman ..."), which
 # works where podman's default crun or systemd cgroups are refused.
-# Prints the image reference as its last line of standard output; build logs go to standard error.
+# Prints the report image's reference, then the daemon image's as its last line of standard output; build
+# logs go to standard error.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -26,16 +29,22 @@ CACHE="$ROOT/.test-artifacts/image"
 read -r -a PODMAN <<<"${PODMAN:-podman --runtime runc --cgroup-manager cgroupfs}"
 SUITE=bookworm
 SOURCE_LABEL=org.opencontainers.image.source=https://github.com/kv-cache-sidecar/kv-cache-sidecar
-# python3 (3.11 in bookworm), venv (with pip's wheel for the builder stage), CA certificates; the
-# path filters are those of Debian's own slim images.
+# python3 (3.11 in bookworm), venv (with pip's wheel for the builder stage), CA certificates, useradd
+# (passwd), libstdc++ (numpy's, in the report's image); the path filters are those of Debian's own slim images. The essential variant has no apt (the
+# images install nothing with it), and the merged-usr hook makes /bin, /lib... links itself, so the usrmerge
+# package, which pulls in all of perl (48 MB), is not installed: with the gconv filter below the daemon's
+# image stays under 120 MB.
 MMDEBSTRAP_ARGS=(
-  --variant=minbase
-  --include=python3,python3-venv,ca-certificates
+  --variant=essential
+  --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr
+  --include=python3,python3-venv,ca-certificates,passwd,libstdc++6
   --dpkgopt='path-exclude=/usr/share/man/*'
   --dpkgopt='path-exclude=/usr/share/doc/*'
   --dpkgopt='path-include=/usr/share/doc/*/copyright'
   --dpkgopt='path-exclude=/usr/share/info/*'
   --dpkgopt='path-exclude=/usr/share/locale/*'
+  # glibc's iconv modules (8 MB): Python's codecs are its own, and nothing in the images calls iconv(3)
+  --dpkgopt='path-exclude=/usr/lib/*/gconv/*'
 )
 
 log() { printf 'build-image: %s\n' "$*" >&2; }
@@ -142,15 +151,18 @@ build() {
     "$@" "$ROOT" >&2
 }
 
-log "building $TAG from $ROOT on $BASE_IMAGE"
+REPORT_TAG="${TAG%:*}-report:${TAG##*:}"
+log "building $TAG and $REPORT_TAG from $ROOT on $BASE_IMAGE"
 start=$SECONDS
 # The builder stage gets a name too: its layers (the installed venv) are the cache of the next build,
 # and an image nothing names would be pruned below.
 build --target builder --tag "$BUILDER_TAG"
+build --target report --tag "$REPORT_TAG"
 build --tag "$TAG"
 # Layers of earlier builds that no image uses any more, and only this project's (by the label both
 # stages of the Dockerfile set).
 "${PODMAN[@]}" image prune --force --filter "label=$SOURCE_LABEL" >/dev/null
 size="$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$TAG")"
-log "built $TAG in $((SECONDS - start)) s, $((size / 1000000)) MB"
-printf '%s\n' "$TAG"
+report_size="$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$REPORT_TAG")"
+log "built $TAG ($((size / 1000000)) MB) and $REPORT_TAG ($((report_size / 1000000)) MB) in $((SECONDS - start)) s"
+printf '%s\n' "$REPORT_TAG" "$TAG"

@@ -13,7 +13,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="$ROOT/.tools"
-PACKAGES=(prometheus prometheus-alertmanager)
+# victoria-metrics: the report is tested on it beside Prometheus (tests/report/test_victoria_metrics.py)
+PACKAGES=(prometheus prometheus-alertmanager victoria-metrics)
 
 log() { printf 'install-prometheus-tools: %s\n' "$*" >&2; }
 
@@ -30,11 +31,11 @@ have() {
 }
 
 all_present() {
-  have promtool && have amtool && have prometheus && have prometheus-alertmanager alertmanager
+  have promtool && have amtool && have prometheus && have prometheus-alertmanager alertmanager && have victoria-metrics
 }
 
 if all_present; then
-  log "promtool, amtool, prometheus and alertmanager already present; nothing to do"
+  log "promtool, amtool, prometheus, alertmanager and victoria-metrics already present; nothing to do"
   exit 0
 fi
 
@@ -72,7 +73,7 @@ else
   for deb in "$work"/*.deb; do
     dpkg-deb -x "$deb" "$TOOLS/root"
   done
-  for bin in promtool prometheus amtool prometheus-alertmanager; do
+  for bin in promtool prometheus amtool prometheus-alertmanager victoria-metrics; do
     if [[ -x "$TOOLS/root/usr/bin/$bin" ]]; then
       ln -sfn "$TOOLS/root/usr/bin/$bin" "$TOOLS/bin/$bin"
     fi

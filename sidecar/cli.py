@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from . import __version__
@@ -75,11 +76,10 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
     thing: a ``model.config`` that names no file yet is not an error here (vLLM may still be
     downloading the model; the capacity layer warns and waits for it).
     """
-    flags = {RUN_FLAGS[dest]: getattr(args, dest) for dest in RUN_FLAGS if getattr(args, dest, None) is not None}
     return load_config(
         getattr(args, "config_file", None),
         env=env,
-        flags=flags,
+        flags=_run_flags(args),
         flag_targets=getattr(args, "target", None),
         model_missing_ok=True,
     )
@@ -113,34 +113,137 @@ def _ignore_signals() -> None:
             pass
 
 
+def _run_flags(args: argparse.Namespace) -> dict[tuple[str, str], object]:
+    return {RUN_FLAGS[dest]: getattr(args, dest) for dest in RUN_FLAGS if getattr(args, dest, None) is not None}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    """``kv-sidecar run``. Bad flags or environment (the pod spec: fixed only by a new rollout) exit 2
+    before serving. A bad ``--config.file`` (a ConfigMap, edited under running pods) or web configuration
+    never stops the sidecar: it says what is wrong and waits for the fix (docs/kubernetes.md, "Never gate
+    vLLM"), so a ConfigMap edit can never keep the next vLLM pod from becoming Ready."""
     _early_signals()
     from .webconfig import load_web_config  # deferred: TLS and bcrypt are needed only here
 
     env = dict(os.environ)  # a reload reads the file again with the environment and flags of the start
     web_file: str | None = getattr(args, "web_config_file", None)
-    config: Config | None = None
-    web: WebConfig | None = None
-    failed = False
-    try:
-        config = config_from_args(args, env)
-    except ConfigError as e:
-        print_config_errors(e, getattr(args, "config_file", None))
-        failed = True
-    try:
-        web = load_web_config(web_file)
-    except ConfigError as e:
-        print_config_errors(e, web_file)
-        failed = True
     interval_text = getattr(args, "config_auto_reload_interval", None) or DEFAULT_AUTO_RELOAD_INTERVAL
     try:
         interval = Duration(zero_ok=True)(interval_text)
+        builtin = load_config(
+            None, env=env, flags=_run_flags(args), flag_targets=getattr(args, "target", None), model_missing_ok=True
+        )
     except ValueError as e:
         print(f"kv-sidecar: --config.auto-reload-interval: {e}", file=sys.stderr)
-        failed = True
-    if failed or config is None or web is None:
         return 2
+    except ConfigError as e:  # the flags or the environment: a new rollout is the only fix
+        print_config_errors(e, None)
+        return 2
+    setup_logging(builtin.log_level, builtin.log_format)
+    load = functools.partial(config_from_args, args, env)
+    load_web = functools.partial(load_web_config, web_file)
+    config = web = None
+    while config is None or web is None:
+        config, web = _try_start(load, load_web, args)
+        if web is None:  # TLS or basic auth that cannot be honoured: nothing is served until it can
+            _wait(interval or START_RETRY_S)
+        elif config is None:
+            config = _serve_builtin(builtin, web, load, interval or START_RETRY_S)
+            if config is None:
+                return 0  # stopped (SIGTERM) while waiting for a good file
     return _serve(args, config, web, env, interval)
+
+
+#: How often a configuration that could not be used at start is read again when the watch is off.
+START_RETRY_S = 5.0
+#: The problems last printed at start, so that a file read again every few seconds is reported once.
+_last_start_problem: list[str] = []
+
+
+def _try_start(
+    load: Callable[[], Config], load_web: Callable[[], WebConfig], args: argparse.Namespace
+) -> tuple[Config | None, WebConfig | None]:
+    """Both files, each as it reads now; a problem is printed once, until it changes."""
+    config = web = None
+    problems = []
+    try:
+        config = load()
+    except ConfigError as e:
+        problems.append((e, getattr(args, "config_file", None)))
+    try:
+        web = load_web()
+    except ConfigError as e:
+        problems.append((e, getattr(args, "web_config_file", None)))
+    text = [f"{error.source}: {p}" for error, _ in problems for p in error.problems]
+    if problems and text != _last_start_problem:
+        _last_start_problem[:] = text
+        for error, path in problems:
+            print_config_errors(error, path)
+        print(
+            "kv-sidecar: not stopping: "
+            + ("serving the built-in configuration" if web is not None else "nothing is served")
+            + " until the file is fixed (read again every few seconds)",
+            file=sys.stderr,
+        )
+    return config, web
+
+
+def _wait(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+def _serve_builtin(builtin: Config, web: WebConfig, load: Callable[[], Config], interval: float) -> Config | None:
+    """Serve ``builtin`` (flags, environment and defaults: vLLM on 127.0.0.1:8000) with
+    ``kvcache_sidecar_config_last_reload_successful`` 0 until ``load`` succeeds; its Config then, or None
+    when stopped first."""
+    from .daemon import serve
+    from .layers import build_extenders
+    from .reload import Sources
+
+    fixed: list[Config] = []
+
+    async def main() -> None:
+        stop = asyncio.Event()
+
+        async def watch() -> None:
+            while not stop.is_set():
+                await asyncio.sleep(interval)
+                try:
+                    fixed.append(await asyncio.to_thread(load))
+                except ConfigError as e:
+                    text = [f"{e.source}: {p}" for p in e.problems]
+                    if text != _last_start_problem:
+                        _last_start_problem[:] = text
+                        print_config_errors(e, None)
+                    continue
+                stop.set()
+
+        task = asyncio.create_task(watch())
+        try:
+            await serve(
+                builtin,
+                build_extenders(builtin),
+                stop=stop,
+                sources=Sources(load=load, load_web=lambda: web),
+                web=web,
+                refused_at_start=True,
+            )
+        finally:
+            task.cancel()
+
+    try:
+        asyncio.run(main())
+    except OSError as e:  # as `run` with a good file: the port is the pod spec's (a flag) or taken
+        print(f"kv-sidecar: cannot listen on {builtin.listen_address}: {e.strerror or e}", file=sys.stderr)
+        raise SystemExit(1) from None
+    finally:
+        _ignore_signals()
+        _early_signals()
+    if fixed:
+        print("kv-sidecar: the configuration file is fixed; serving it", file=sys.stderr)
+    return fixed[0] if fixed else None
 
 
 def _serve(args: argparse.Namespace, config: Config, web: WebConfig, env: Mapping[str, str], interval: float) -> int:
@@ -179,7 +282,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
     failed = False
     try:
-        config = load_config(args.file, env={}, flags={})  # the file alone, whatever this shell exports
+        # The file alone, whatever this shell exports; a model.config not there yet passes, as `run` waits for it.
+        config = load_config(args.file, env={}, flags={}, model_missing_ok=True)
     except ConfigError as e:
         print_config_errors(e, args.file)
         failed = True
@@ -192,10 +296,28 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if failed:
         return 2
     print(f"{args.file}: ok ({len(config.targets)} target{'s' if len(config.targets) != 1 else ''})")
+    waiting = model_waiting(config.model.config)
+    if waiting:
+        print(f"{args.file}: note: {waiting}")
     if args.web_config_file:
         auth = f"basic auth for {len(web.users)} user{'s' if len(web.users) != 1 else ''}" if web.users else "no auth"
         print(f"{args.web_config_file}: ok ({web.scheme}, {auth})")
     return 0
+
+
+def model_waiting(path: str | None) -> str | None:
+    """What ``run`` would wait for at start: a ``model.config`` not there yet, or a hub cache (the model
+    vLLM names); None when the file is there or none is set."""
+    if path is None:
+        return None
+    from .model_discovery import is_hub_cache, locate
+
+    if is_hub_cache(path):
+        return f"model.config: {path} is a Hugging Face hub cache; the model is the one vLLM serves"
+    found = locate(path, None)
+    if found.path is None:
+        return f"model.config: {found.detail}; `run` serves and waits for it (kvcache_model_config_loaded)"
+    return None
 
 
 def cmd_docs(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from it (``make generate``).
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -28,10 +29,12 @@ from urllib.parse import urlparse
 from . import capacity as cap
 from . import files
 from .artifacts.params import RuleParams, Thresholds
+from .model_discovery import is_hub_cache
 from .parsers import Invalid, read_bearer_token
 from .settings import (
     ALERT_SETTINGS,
     DEFAULT_TARGET,
+    DEPRECATED_SETTINGS,
     SECTIONS,
     SETTINGS,
     TARGET_SETTINGS,
@@ -45,6 +48,8 @@ from .settings import (
     section_keys,
 )
 from .units import format_duration
+
+log = logging.getLogger("kv_sidecar.config")
 
 __all__ = [
     "ENV_VARS",
@@ -133,6 +138,8 @@ class ModelSettings:
     activation_memory: int | None = default("model.activation_memory")
     non_torch_memory: int | None = default("model.non_torch_memory")
     cudagraph_memory: int | None = default("model.cudagraph_memory")
+    #: vLLM's version for the budget's rules (docs/capacity.md, "Versions"); None = the newest
+    vllm_version: str | None = default("model.vllm_version")
 
 
 @dataclass(frozen=True)
@@ -346,7 +353,9 @@ def _sections(
             value = {}
         allowed = section_keys(_ROWS[name], name)
         for key in value:
-            if key not in allowed:
+            if f"{name}.{key}" in DEPRECATED_SETTINGS:  # still loads; the message says what replaced it
+                log.warning("%s", DEPRECATED_SETTINGS[f"{name}.{key}"])
+            elif key not in allowed:
                 problems.append(f"{name}.{key}: unknown field{did_you_mean(str(key), allowed)}")
         out[name] = value
     return out
@@ -411,8 +420,8 @@ def model_problems(model: ModelSettings, *, missing_ok: bool = False) -> list[st
     before vLLM, which may still be downloading the model; the capacity layer waits for the file).
     ``check-config`` is strict.
     """
-    if model.config is None:
-        return []
+    if model.config is None or is_hub_cache(model.config):
+        return []  # a hub cache: the model is the one vLLM says it serves, checked when it does
     try:
         spec = cap.load_model(model.config)
         cap.kv_layout(spec, tp=model.tensor_parallel_size, pp=model.pipeline_parallel_size, dtype=model.dtype)

@@ -35,7 +35,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -692,8 +692,12 @@ async def serve(
     sources: Sources | None = None,
     web: WebConfig | None = None,
     build_layers: Callable[[Config], tuple[Extender, ...]] | None = None,
+    refused_at_start: bool = False,
 ) -> None:
     """Run until SIGTERM/SIGINT (or ``stop`` is set); SIGHUP and ``POST /-/reload`` reload.
+
+    ``refused_at_start``: ``config`` stands in for a file that could not be used (``kv-sidecar run``
+    serves its built-in configuration meanwhile): the reload series say so from the start.
 
     ``sources`` say how to read the configuration again (default: ``config`` itself, so a reload only
     re-applies it); ``web`` is the web configuration ``sources`` read at start; ``build_layers`` makes the
@@ -708,6 +712,8 @@ async def serve(
     scheduler = AsyncIOScheduler(timezone="UTC", job_defaults={"coalesce": True, "max_instances": 1})
     daemon = _Daemon(sidecar, scheduler, build_layers or (lambda _: extenders), loop)
     reloader = daemon.reloader = Reloader(sources, config, web, daemon.apply)
+    if refused_at_start:
+        reloader.status = replace(reloader.status, successful=False, failures=1)
     sidecar.collector.reload_status = lambda: reloader.status
     for sig, handler in ((signal.SIGTERM, stop.set), (signal.SIGINT, stop.set), (signal.SIGHUP, daemon.on_sighup)):
         try:

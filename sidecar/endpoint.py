@@ -30,7 +30,11 @@ keep-alive, ``HEAD``, the header-block bound). Every bound below is a row of :da
   When a new one arrives at the limit, the connection that has waited longest for its request is closed
   to make room, so a flood of idle or dripping connections cannot lock the kubelet's probes out; when
   every open connection is being answered, the new one gets a ``503``;
-* the answers that cost CPU or wait (``/metrics``, basic auth's bcrypt, a reload) run on
+* basic auth (:class:`~sidecar.webconfig.BasicAuth`) is decided before a request takes a place:
+  remembered credentials on the loop at once (one HMAC), so a scrape never waits behind a bcrypt
+  check; the others on one thread of their own, at most ``AUTH_CHECKS_PENDING`` at a time and
+  ``AUTH_FAILURES_PER_CLIENT`` failures per client and minute (past either, ``429`` at once);
+* the answers that cost CPU or wait (``/metrics``, a reload) run on
   :data:`WORKERS` threads, at most :data:`MAX_REQUESTS_IN_FLIGHT` at a time (the rest wait, up to
   :data:`REQUEST_TIMEOUT_S`, then ``503``), which also bounds the memory of answers not yet read by
   their clients; ``/healthz`` and ``/readyz`` are answered on the loop at once, never behind them;
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import email.utils
 import errno
 import gzip
@@ -111,6 +116,9 @@ MAX_BODY_BYTES = 65536
 WORKERS = 4
 #: Answers being computed or written at once, the probes' excepted; the others wait for a place.
 MAX_REQUESTS_IN_FLIGHT = 64
+#: How long a 429 for basic-auth attempts past their bounds waits before it is sent: a flood of wrong
+#: passwords that retries at once is slowed to a few requests a second per connection, on the loop.
+AUTH_REFUSAL_DELAY_S = 0.5
 #: Paths served without authentication: kubelet's probes cannot send credentials, and they say no more
 #: than "up" and "ready".
 OPEN_PATHS = ("/healthz", "/readyz")
@@ -131,6 +139,7 @@ REASONS = {
     200: "OK",
     400: "Bad Request",
     401: "Unauthorized",
+    429: "Too Many Requests",
     404: "Not Found",
     405: "Method Not Allowed",
     408: "Request Timeout",
@@ -172,6 +181,7 @@ class Request:
     method: str
     path: str
     headers: dict[str, str]
+    client: str = ""  # the peer's address: what failed basic-auth checks are counted by
 
     def header(self, name: str) -> str:
         return self.headers.get(name, "")
@@ -313,6 +323,8 @@ class Server:
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(_loop_error)
         self._workers = _Workers(WORKERS, "http-worker")
+        self._auth_worker = _Workers(1, "http-auth")  # bcrypt checks: never in front of an answer
+        self._auth_pending = 0  # checks running or queued (read and written on the loop only)
         self._open: dict[_Connection, None] = {}
         #: connections waiting for (the rest of) a request, longest-waiting first: the ones closed at the limit
         self._waiting: dict[_Connection, None] = {}
@@ -361,6 +373,7 @@ class Server:
             self._loop.call_soon_threadsafe(self._stopping.set)
             self._thread.join(2.0)
         self._workers.shutdown(wait=False)
+        self._auth_worker.shutdown(wait=False)
 
     def server_close(self) -> None:
         """Close the listening socket (already closed by :meth:`shutdown` when the server ran)."""
@@ -447,7 +460,7 @@ class Server:
             if request is None:
                 return
             wait_s, first = IDLE_TIMEOUT_S, False
-            answer = await self._answer(request)
+            answer = await self._answer(dataclasses.replace(request, client=conn.peer))
             if not await self._send(h, writer, answer, head=request.method == "HEAD"):
                 return
             log.debug(
@@ -555,6 +568,9 @@ class Server:
             return text(501, f"method {request.method[:20]} not implemented")
         if request.path in OPEN_PATHS:
             return self._probe(request)
+        auth = self.serving.auth
+        if auth is not None and (refused := await self._authenticate(auth, request)) is not None:
+            return refused
         assert self._slots is not None
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
@@ -566,6 +582,26 @@ class Server:
         finally:
             self._slots.release()
 
+    async def _authenticate(self, auth: webconfig.BasicAuth, request: Request) -> Answer | None:
+        """None when ``request`` may pass; else its 401, or a 429 when checks are at their bounds."""
+        header = request.headers.get("authorization")
+        verdict = auth.cached(header)
+        if verdict is None:
+            if auth.blocked(request.client) or self._auth_pending >= webconfig.AUTH_CHECKS_PENDING:
+                log.debug("http basic auth not checked client=%s: too many failed or pending checks", request.client)
+                await asyncio.sleep(AUTH_REFUSAL_DELAY_S)  # a client that retries at once waits (costs no thread)
+                return text(429, "too many authentication attempts", ("Retry-After", "1"))
+            self._auth_pending += 1
+            try:
+                verdict = await asyncio.get_running_loop().run_in_executor(self._auth_worker, auth.check, header)
+            finally:
+                self._auth_pending -= 1
+            if not verdict:
+                auth.failed(request.client)
+        if verdict:
+            return None
+        return text(401, "unauthorized", ("WWW-Authenticate", 'Basic realm="kv-cache-sidecar", charset="UTF-8"'))
+
     def _probe(self, request: Request) -> Answer:
         if request.method not in ("GET", "HEAD"):
             return text(405, "use GET", ("Allow", GET_ONLY))
@@ -576,9 +612,6 @@ class Server:
         return text(200 if ok else 503, "ready" if ok else "not ready")
 
     def _guarded(self, request: Request) -> Answer:
-        auth = self.serving.auth
-        if auth is not None and not auth.allows(request.headers.get("authorization")):
-            return text(401, "unauthorized", ("WWW-Authenticate", 'Basic realm="kv-cache-sidecar", charset="UTF-8"'))
         method, path = request.method, request.path
         reload = self.reload
         if path == "/-/reload" and reload is not None:

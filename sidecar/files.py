@@ -37,6 +37,7 @@ __all__ = [
     "YAML_MAX_BYTES",
     "YAML_MAX_NODES",
     "FileProblem",
+    "not_regular",
     "read_bytes",
     "read_json",
     "read_text",
@@ -81,6 +82,19 @@ class FileProblem(ValueError):
 
 def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def not_regular(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it exists and is not a regular file (``a FIFO (named pipe)``), else None.
+
+    For the paths that are not read through :func:`read_bytes` (SQLite opens the history itself):
+    ``stat`` never blocks, where opening a FIFO for reading waits for a writer.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None  # missing or unreachable: the caller's own open says why
+    return None if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
 
 
 def read_bytes(path: str, *, max_bytes: int, what: str = "file") -> bytes:

@@ -25,8 +25,14 @@ and a *false page* = the alert fired in a run without any preemption. The first 
 is ground truth: the first sample at which the simulator's preemption counter (summed over
 restarts) has moved.
 
-The rule whose figures are reported is :data:`FORECAST_RULE`; ``alerts/`` (``KVCacheFullSoon``)
-must use exactly that expression and ``for``.
+**Arrival traces.** :func:`collect_trace` replays a real trace (:mod:`sidecar.simulator.trace`) on
+:data:`TRACE_SERVER` with a pool sized by :data:`TRACE_SCALES`, its first :data:`TRACE_PREROLL_S` as
+warm-up; :func:`trace_outcome` gives a rule's (or several rules' together) lead, page and preemption
+episodes, the episodes warned and the pages per saturating hour.
+
+The rules whose figures are reported are :data:`FORECAST_RULE` and :data:`PAGE_RULE`; ``alerts/``
+(``KVCacheFullSoon``, ``KVCacheAlmostFull`` critical) must use exactly their expression, ``for`` and
+``keep_firing_for``.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from .generations import Generation
 from .replay import Pipeline, replay_config
 from .settings import default
 from .simulator import LIBRARY, Scenario, SimConfig, Simulator
+from .simulator.trace import TracePlay
 
 #: Scrape and rule-evaluation interval, simulated seconds (the sidecar's default scrape interval).
 STEP_S: float = default("scrape.interval")
@@ -64,6 +71,19 @@ TAILED = RAMPS + ("restart-mid-ramp", "shared-prefix-heavy")
 #: t = 0, as after a restart.
 PREROLL_S = 600.0
 
+#: Trace runs: the first 10 minutes of the trace warm the server up and are not counted.
+TRACE_PREROLL_S = 600.0
+#: The server trace runs replay on: the library's model and block size, a context long enough for the
+#: traces' prompts (Mooncake's reach 126k tokens) and a compute fast enough that one server keeps up with a
+#: whole public trace (16k batched tokens per step, 2 us per token: prefill of the Mooncake conversation
+#: hour keeps up, so what queues is KV, not compute). Its pool is sized per run by the peak usage scale
+#: (:func:`~sidecar.simulator.trace.pool_for_peak`).
+TRACE_SERVER = SimConfig(max_model_len=131072, max_num_batched_tokens=16384, step_seconds_per_token=2e-6)
+#: Pool sizes of a trace run, as the usage the trace's peaks would reach (5-second samples of an unbounded
+#: pool): 0.8 and 0.95 never preempt, or barely (0.95 is the tightest pool where the peaks reach 0.95);
+#: 1.05 preempts only at the busiest minutes; 1.2 and 1.5 are heavier.
+TRACE_SCALES = (0.8, 0.95, 1.05, 1.2, 1.5)
+
 #: The ``--forecast.*`` flags of ``kv-sidecar run`` the bench runs with (arguments of
 #: :func:`~sidecar.replay.replay_config`); see docs/forecast-validation.md for the sweep that chose them.
 FORECAST_FLAGS: dict[str, Any] = {}  # the shipped defaults: window 10m, segment = window/6, min_samples 5
@@ -81,6 +101,7 @@ GAUGES = (
     "kvcache_fill_rate_tokens_per_second",
     "kvcache_time_until_full_seconds",
     "kvcache_time_until_watermark_seconds",
+    "kvcache_engine_start_time_seconds",
 )
 
 
@@ -96,6 +117,10 @@ class Trace:
     #: preemptions after the pre-roll (the run's own), and during it
     preemptions: int = 0
     preroll_preemptions: int = 0
+    #: sample times (as ``t``) at which the preemption counter moved
+    preemption_times: list[float] = field(default_factory=list)
+    #: simulated time of ``t = 0`` (the end of the pre-roll): what the pipeline's clock read then
+    origin: float = 0.0
 
 
 def with_preroll(scenario: Scenario, preroll_s: float) -> Scenario:
@@ -118,23 +143,56 @@ def with_preroll(scenario: Scenario, preroll_s: float) -> Scenario:
 def collect(
     scenario: str, seed: int, settings: Sequence[Mapping[str, Any]], preroll_s: float = PREROLL_S
 ) -> list[Trace]:
-    """Replay one run once and feed every page to one pipeline per forecast setting.
+    """Replay one run of the library once and feed every page to one pipeline per forecast setting.
 
     Traces hold only the samples from the end of the pre-roll on, with times relative to it
     (t = 0 is the start of the library scenario); the pipelines see every sample.
     """
     sim = Simulator(SimConfig(), scenario=with_preroll(LIBRARY[scenario], preroll_s), seed=seed)
-    pipes = [Pipeline(replay_config(**s), sim.config.model_name) for s in settings]
-    traces = [Trace(scenario, seed, settings_name(s)) for s in settings]
     end = preroll_s + LIBRARY[scenario].duration_s + (TAIL_S if scenario in TAILED else 0.0)
+    return replay_run(sim, scenario, seed, settings, end_s=end, preroll_s=preroll_s)
+
+
+def collect_trace(
+    play: TracePlay,
+    config: SimConfig,
+    settings: Sequence[Mapping[str, Any]],
+    *,
+    name: str,
+    preroll_s: float = TRACE_PREROLL_S,
+    restart_at: float | None = None,
+) -> list[Trace]:
+    """Replay an arrival trace on ``config``'s server (:class:`~sidecar.simulator.trace.TracePlay`).
+
+    The first ``preroll_s`` simulated seconds of the trace are its own warm-up (the server starts
+    empty, as at a start under load, and that is not what a run measures: :func:`collect_start`
+    does); firings and preemptions count from there. ``restart_at`` restarts the engine then
+    (simulated seconds from the start of the replay).
+    """
+    sim = Simulator(config, play.scenario(config, restart_at=restart_at), 0, play)
+    return replay_run(sim, name, 0, settings, end_s=play.duration_s, preroll_s=preroll_s)
+
+
+def replay_run(
+    sim: Simulator,
+    name: str,
+    seed: int,
+    settings: Sequence[Mapping[str, Any]],
+    *,
+    end_s: float,
+    preroll_s: float,
+) -> list[Trace]:
+    """Scrape ``sim`` every :data:`STEP_S` up to ``end_s`` into one pipeline per forecast setting."""
+    pipes = [Pipeline(replay_config(**s), sim.config.model_name) for s in settings]
+    traces = [Trace(name, seed, settings_name(s)) for s in settings]
     offset = last = 0  # preemptions summed over restarts (the counter restarts at 0)
-    first = None
-    at_start = 0
+    at_start = total_before = 0
+    moved: list[float] = []
     n = 0
     while True:
         n += 1
         t = n * STEP_S
-        if t > end + 1e-9:
+        if t > end_s + 1e-9:
             break
         sim.advance_to(t)
         # parsed once, by the first pipeline's Sidecar, and fed to every pipeline
@@ -143,20 +201,24 @@ def collect(
         if now_p < last:
             offset += last
         last = now_p
+        total = offset + now_p
         if t <= preroll_s + 1e-9:
-            at_start = offset + now_p
-        elif first is None and offset + now_p > at_start:
-            first = t - preroll_s
+            at_start = total
+        elif total > total_before:
+            moved.append(t - preroll_s)
+        total_before = total
         for pipe, tr in zip(pipes, traces, strict=True):
             pipe.ingest(t, scrape)
             if t > preroll_s + 1e-9:
                 tr.t.append(t - preroll_s)
-                for name in GAUGES:
-                    tr.g[name].append(pipe.gauge(name))
+                for g in GAUGES:
+                    tr.g[g].append(pipe.gauge(g))
     for tr in traces:
-        tr.first_preemption = first
+        tr.first_preemption = moved[0] if moved else None
+        tr.preemption_times = list(moved)
         tr.preemptions = offset + last - at_start
         tr.preroll_preemptions = at_start
+        tr.origin = preroll_s
     return traces
 
 
@@ -177,6 +239,8 @@ class Rule:
     expr: str  # the PromQL, as it goes into alerts/
     for_s: float
     cond: Cond
+    #: ``keep_firing_for``: a firing alert stays firing this long after its expression last had a result
+    keep_s: float = 0.0
 
 
 def _v(tr: Trace, name: str, i: int) -> float | None:
@@ -220,12 +284,20 @@ def both(*conds: Cond) -> Cond:
 
 
 def firings(rule: Rule, tr: Trace) -> list[tuple[float, float]]:
-    """Firing episodes ``(start, end)`` under Prometheus ``for:`` semantics (end = last firing evaluation)."""
+    """Firing episodes ``(start, end)`` under Prometheus ``for:`` and ``keep_firing_for:`` semantics.
+
+    ``end`` is the last evaluation at which the alert fired. With ``keep_firing_for`` a firing alert
+    whose expression has no result stays firing while less than ``keep_s`` has passed since the first
+    evaluation without one (``KeepFiringSince`` in Prometheus' rules/alerting.go; docs "Alerting
+    rules"), then resolves; a result in between clears that; a pending alert resets at once, as without it.
+    """
     out: list[tuple[float, float]] = []
     active_at: float | None = None
     firing_since: float | None = None
+    keep_since: float | None = None
     for i, t in enumerate(tr.t):
         if rule.cond(tr, i):
+            keep_since = None
             if active_at is None:
                 active_at = t
             if t - active_at >= rule.for_s - 1e-9:
@@ -234,8 +306,11 @@ def firings(rule: Rule, tr: Trace) -> list[tuple[float, float]]:
                     out.append((t, t))
                 else:
                     out[-1] = (firing_since, t)
+        elif firing_since is not None and t - (t if keep_since is None else keep_since) < rule.keep_s - 1e-9:
+            keep_since = t if keep_since is None else keep_since
+            out[-1] = (firing_since, t)
         else:
-            active_at = firing_since = None
+            active_at = firing_since = keep_since = None
     return out
 
 
@@ -243,15 +318,71 @@ TTF, USAGE = "kvcache_time_until_full_seconds", "kvcache_usage_ratio"
 
 #: The static page as first specified (usage above 0.9 for 5 minutes), for comparison.
 STATIC_RULE = Rule("static", "kvcache_usage_ratio > 0.9", 300, gt(USAGE, 0.9))
-#: KVCacheAlmostFull critical as committed in alerts/ (gap-tolerant), for comparison.
+#: KVCacheAlmostFull critical as shipped before the page became :data:`PAGE_RULE` (above 0.9 for 5
+#: minutes, gap-tolerant), for comparison.
 STATIC_ALERT = Rule(
     "static-alert", "max_over_time(kvcache_usage_ratio[1m]) > 0.9", 300, over_time(max, USAGE, 60, lambda v: v > 0.9)
 )
 #: The forecast page as first specified (time until full below 15 minutes for 2 minutes); named
 #: ``forecast-issue`` in the bench's output and docs/forecast-validation.md.
 FORECAST_SPECIFIED = Rule("forecast-issue", "kvcache_time_until_full_seconds < 900", 120, lt(TTF, 900))
-#: The rule the bench recommends for KVCacheFullSoon (see docs/forecast-validation.md).
-FORECAST_RULE = FORECAST_SPECIFIED
+START = "kvcache_engine_start_time_seconds"
+#: KVCacheFullSoon waits this long after the engine's start (a fill from empty is not a capacity problem).
+AFTER_START_S = 600.0
+
+
+def started_within(seconds: float) -> Cond:
+    """``time() - kvcache_engine_start_time_seconds < seconds``: the engine started less than that ago."""
+
+    def c(tr: Trace, i: int) -> bool:
+        v = tr.g[START][i]
+        return v is not None and tr.t[i] + tr.origin - v < seconds
+
+    return c
+
+
+def unless(cond: Cond, guard: Cond) -> Cond:
+    return lambda tr, i: cond(tr, i) and not guard(tr, i)
+
+
+#: KVCacheFullSoon as shipped: the specified forecast page, not in the first 10 minutes after the engine
+#: started (restart and scale-out under load), kept firing 5 minutes past its last "full soon" (one page
+#: per saturation, not one per dip of the forecast). docs/forecast-validation.md, "Real traffic".
+FORECAST_RULE = Rule(
+    "forecast",
+    "kvcache_time_until_full_seconds < 900\nunless\ntime() - kvcache_engine_start_time_seconds < 600",
+    120,
+    unless(lt(TTF, 900), started_within(AFTER_START_S)),
+    keep_s=300,
+)
+
+
+def quantile(phi: float) -> Callable[[list[float]], float]:
+    """Prometheus' ``quantile_over_time(phi, ...)``: rank ``phi × (n − 1)`` of the sorted values, linearly
+    interpolated (promql/quantile.go, ``quantile``)."""
+
+    def q(values: list[float]) -> float:
+        v = sorted(values)
+        rank = phi * (len(v) - 1)
+        lo = math.floor(rank)
+        hi = min(lo + 1, len(v) - 1)
+        return v[lo] + (v[hi] - v[lo]) * (rank - lo)
+
+    return q
+
+
+#: KVCacheAlmostFull critical as shipped (``alerts.critical_*``, sidecar/artifacts/rules.py): "the peaks
+#: keep reaching 90 %" read as "above 0.9 for more than 5 % of the last 10 minutes (30 s)", without
+#: ``for:`` (a burst shorter than that never makes the expression true) and held 5 minutes
+#: (docs/forecast-validation.md, "Real traffic").
+PAGE_QUANTILE, PAGE_WINDOW_S, PAGE_KEEP_S, WATERMARK = 0.95, 600.0, 300.0, 0.9
+PAGE_RULE = Rule(
+    "page",
+    f"quantile_over_time({PAGE_QUANTILE:g}, kvcache_usage_ratio[{PAGE_WINDOW_S / 60:g}m]) > {WATERMARK:g}",
+    0,
+    over_time(quantile(PAGE_QUANTILE), USAGE, PAGE_WINDOW_S, lambda v: v > WATERMARK),
+    keep_s=PAGE_KEEP_S,
+)
 
 # ------------------------------------------------------------------------------------------------
 # Summaries
@@ -301,3 +432,65 @@ def fmt_lead(x: float | None) -> str:
 def median_lead(outs: Sequence[Outcome]) -> float | None:
     leads = [o.lead_min for o in outs if o.lead_min is not None]
     return statistics.median(leads) if leads else None
+
+
+# ------------------------------------------------------------------------------------------------
+# Trace runs: episodes, warnings, pages per saturating hour
+# ------------------------------------------------------------------------------------------------
+
+#: Preemptions more than this apart start a new preemption episode.
+EPISODE_GAP_S = 120.0
+#: A preemption episode is warned when a page fires at its start or within this long before it.
+WARN_BEFORE_S = 900.0
+
+
+def preemption_episodes(tr: Trace, gap_s: float = EPISODE_GAP_S) -> list[tuple[float, float]]:
+    """``(start, end)`` of each run of preemption samples; a gap longer than ``gap_s`` starts a new one."""
+    out: list[tuple[float, float]] = []
+    for t in tr.preemption_times:
+        if out and t - out[-1][1] <= gap_s:
+            out[-1] = (out[-1][0], t)
+        else:
+            out.append((t, t))
+    return out
+
+
+@dataclass
+class TraceOutcome:
+    """One rule on one trace run: the figures of the trace table (docs/forecast-validation.md)."""
+
+    lead_min: float | None  # first preemption − first firing; -inf = never fired; None = no preemption
+    page_episodes: int
+    preemption_episodes: int
+    warned: int  # preemption episodes with a firing at their start or within WARN_BEFORE_S before
+    saturating_hours: int  # 60-minute bins of the run holding a preemption
+
+    @property
+    def false_page(self) -> bool:
+        return self.preemption_episodes == 0 and self.page_episodes > 0
+
+    @property
+    def pages_per_saturating_hour(self) -> float | None:
+        return self.page_episodes / self.saturating_hours if self.saturating_hours else None
+
+
+def any_firing(rules: Sequence[Rule], tr: Trace) -> list[tuple[float, float]]:
+    """The episodes during which at least one of ``rules`` fires (what a pager sees of them together)."""
+    merged: list[tuple[float, float]] = []
+    for s, e in sorted(ep for r in rules for ep in firings(r, tr)):
+        if merged and s <= merged[-1][1] + STEP_S + 1e-9:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return merged
+
+
+def trace_outcome(rules: Sequence[Rule], tr: Trace) -> TraceOutcome:
+    """The figures of ``rules`` together (one rule: its own) on one run."""
+    eps = any_firing(rules, tr)
+    pre = preemption_episodes(tr)
+    warned = sum(any(s <= p0 and e >= p0 - WARN_BEFORE_S for s, e in eps) for p0, _ in pre)
+    hours = len({int(t // 3600) for t in tr.preemption_times})
+    fp = tr.first_preemption
+    lead = None if fp is None else (-math.inf if not eps else (fp - eps[0][0]) / 60.0)
+    return TraceOutcome(lead, len(eps), len(pre), warned, hours)

@@ -48,8 +48,11 @@ read-only before any write.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import math
+import os
 import sqlite3
 import threading
 import time
@@ -57,6 +60,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import files
 
 #: ``PRAGMA application_id`` of a history file: "KVSH" in ASCII.
 APPLICATION_ID = 0x4B565348
@@ -197,6 +202,29 @@ def _connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
     return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
 
 
+def _held_exclusively(path: Path) -> bool:
+    """Whether another process holds an exclusive lock on ``path`` (``flock``, or a POSIX lock as SQLite's
+    exclusive locking mode takes), probed without waiting. A WAL writer's transaction holds none: readers
+    see its last commit, as SQLite intends. Only for reading: the probe's release would drop the POSIX
+    locks this process holds on the file, and a reader holds none yet."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False  # the open that follows says why
+    try:
+        for lock in (fcntl.flock, fcntl.lockf):
+            try:
+                lock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    return True
+                raise
+            lock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
 def _inspect(path: Path) -> bool:
     """Whether ``path`` (an existing file) is ours; False for an empty database we may adopt.
 
@@ -276,9 +304,17 @@ class HistoryStore:
         path = Path(path)
         if path.is_dir():
             raise HistoryError(f"{path}: a directory, not a history file; name a file in it ({path}/history.sqlite)")
+        for part in (path, _wal_path(path)):  # before SQLite opens them: opening a FIFO waits for a writer
+            if (kind := files.not_regular(part)) is not None:
+                raise HistoryError(f"{part}: is {kind}, not a regular file; set history.path to a file")
         exists = path.exists()
         if read_only and not exists:
             raise HistoryError(f"{path}: no history file there; check the path (the daemon's history.path)")
+        if read_only and _held_exclusively(path):
+            raise HistoryError(
+                f"{path}: history file is locked by another process (an exclusive lock); "
+                "read it once the other process let it go, or read a copy"
+            )
         ours = _inspect(path) if exists else False
         if read_only and not ours:
             raise HistoryError(f"{path}: an empty file, not a kv-sidecar history yet; check the path")

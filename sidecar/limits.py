@@ -467,6 +467,32 @@ LIMITS: tuple[Limit, ...] = (
         "a constant (sidecar/endpoint.py MAX_REQUESTS_IN_FLIGHT)",
     ),
     Limit(
+        "http.bcrypt_cost",
+        14,
+        "bcrypt cost",
+        "the cost of a basic_auth_users hash (--web.config.file); the exporter toolkit takes up to 31, but a check "
+        "at cost 14 already holds a core for about a second, at 31 for days",
+        "exit 2 at start (check-config too), a refused reload, naming the user and the limit",
+        "a constant (sidecar/webconfig.py MAX_BCRYPT_COST)",
+    ),
+    Limit(
+        "http.auth_checks_pending",
+        4,
+        "checks",
+        "basic-auth credentials not remembered being checked or waiting for a check (one bcrypt check runs at a "
+        "time, on a thread of its own); remembered credentials are answered without waiting",
+        "a 429 with Retry-After: 1 at once, no check run",
+        "a constant (sidecar/webconfig.py AUTH_CHECKS_PENDING)",
+    ),
+    Limit(
+        "http.auth_failures_per_client",
+        5,
+        "failures",
+        "failed basic-auth checks of one client address within a minute (4,096 addresses remembered at most)",
+        "a 429 with Retry-After: 1 at once, no check run, until the minute has passed",
+        "a constant (sidecar/webconfig.py AUTH_FAILURES_PER_CLIENT)",
+    ),
+    Limit(
         "http.workers",
         4,
         "threads",

@@ -200,6 +200,28 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "1, labelled with the model's architecture, attention kind (mha/gqa/mqa/mla/hybrid), KV dtype, TP and PP.",
         "Check after a model or flag change that the sidecar's model section still matches vLLM.",
     ),
+    MetricDoc(
+        "kvcache_budget_dominant_overhead_info",
+        "info",
+        "",
+        KEY + ("term",),
+        "1, labelled with the largest term of the estimated KV budget after the weights: forward (the profile's "
+        'forward pass), sampler (its sampler warm-up), non_torch or cudagraph (docs/capacity.md, "The budget").',
+        "sampler: lower --max-num-seqs; forward: lower --max-num-batched-tokens; cudagraph: --enforce-eager "
+        "or fewer capture sizes; each frees KV memory.",
+    ),
+    MetricDoc(
+        "kvcache_model_config_loaded",
+        "gauge",
+        "bool",
+        KEY + ("reason",),
+        "1 when the served model's config.json (model.config: a file, a model directory or a Hugging Face hub "
+        "cache) is loaded (reason loaded); 0 while it is not, with why: waiting (no such path yet, or vLLM has "
+        "not named its model), not_found (the hub cache lacks the served model), download_in_progress, invalid. "
+        "Absent when model.config is not set.",
+        "0 for long: the capacity gauges are absent; the sidecar's log names the path and the fix "
+        "(docs/configuration.md, model.config).",
+    ),
     # --- forecast and advice (docs/forecast.md) ---
     MetricDoc(
         "kvcache_demand_tokens",
@@ -237,6 +259,16 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         KEY,
         "Watermark headroom above the demand's peaks / fill rate; +Inf when not filling, 0 at or above the watermark.",
         "When the paging watermark will be crossed at the current trend.",
+    ),
+    MetricDoc(
+        "kvcache_engine_start_time_seconds",
+        "gauge",
+        "seconds",
+        KEY,
+        "Unix time the engine's current process started as the sidecar saw it: its first scrape of the engine, "
+        "moved to the scrape at which vllm:prompt_tokens_total went down (vLLM restarted).",
+        "KVCacheFullSoon waits until the engine has run for a while: a server filling from empty after a "
+        "start, restart or scale-out under load is not a capacity problem.",
     ),
     MetricDoc(
         "kvcache_max_concurrent_requests",
@@ -373,7 +405,9 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         (),
         "1 when the last reload of the sidecar's own configuration (SIGHUP, POST /-/reload, or a change of "
         "--config.file or --web.config.file) was applied; 0 when it was refused and the previous one "
-        "keeps running. 1 at start.",
+        "keeps running. 1 at start; 0 from the start when --config.file could not be used: the sidecar then "
+        "serves its built-in configuration (flags, environment, defaults) and reads the file again every few "
+        "seconds until it can (docs/reload.md).",
         "0: the new configuration was refused; the sidecar's log names the field (docs/reload.md). Fix the file.",
     ),
     MetricDoc(

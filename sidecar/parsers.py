@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from .capacity import CapacityError, parse_memory
+from .capacity.vllm_rules import rules_for
 from .files import TOKEN_MAX_BYTES, FileProblem, read_bytes
 from .units import format_duration, format_size, parse_duration, parse_size, prometheus_duration_seconds
 
@@ -200,6 +201,20 @@ class GpuMemory(Text):
     def __call__(self, value: Any) -> str:
         try:
             parse_memory(str(value), name="gpu_memory")
+        except CapacityError as e:
+            raise ValueError(str(e).partition(": ")[2]) from None
+        return str(value)
+
+
+@dataclass(frozen=True)
+class VllmVersion(Text):
+    """A vLLM version whose memory-profile rules the capacity model knows (0.6.4 or later)."""
+
+    metavar: str = "X.Y.Z"
+
+    def __call__(self, value: Any) -> str:
+        try:
+            rules_for(str(value))
         except CapacityError as e:
             raise ValueError(str(e).partition(": ")[2]) from None
         return str(value)
@@ -397,6 +412,22 @@ class JobLabel(Text):
             raise ValueError(
                 f"must be a non-empty job label value without quotes, backslashes or spaces, got {value!r} "
                 "(e.g. kv-cache-sidecar)"
+            )
+        return text
+
+
+@dataclass(frozen=True)
+class Namespace(Text):
+    """A Kubernetes namespace name (RFC 1123 label), as the rules quote it in ``namespace="..."``."""
+
+    metavar: str = "NAMESPACE"
+
+    def __call__(self, value: Any) -> str:
+        text = str(value)
+        if len(text) > 63 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", text):
+            raise ValueError(
+                f"must be a Kubernetes namespace name (lower-case letters, digits and '-', at most 63), "
+                f"got {value!r} (e.g. llm-prod)"
             )
         return text
 

@@ -12,6 +12,12 @@ and ``--web.config.file``), validates it whole, and either applies all of it or 
 * a good one is applied by the daemon (``apply``: targets that are unchanged keep their state and
   scrape jobs, see :meth:`sidecar.daemon.Sidecar.apply`).
 
+A file is read only when it holds a whole configuration: one caught empty, or without the
+``targets:`` section it had when last applied (an editor or a ConfigMap update writing it, a
+truncated copy), is a refused reload like any bad file, never the defaults (which would scrape
+``127.0.0.1:8000`` and then re-add the real target as a new one, its history window lost). A
+configuration equal to the running one is not applied again (``unchanged``): nothing restarts.
+
 The files are watched by content (:func:`fingerprint`, every ``--config.auto-reload-interval``): a
 Kubernetes ConfigMap or Secret volume swaps its files by renaming a ``..data`` symlink, so the
 path's own mtime says nothing, but its content does. A content that was refused is not tried again
@@ -87,6 +93,39 @@ def fingerprint(path: str) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
+def shape(path: str) -> frozenset[str] | None:
+    """The top-level keys of the YAML mapping in ``path`` (empty: the file holds nothing); None when it
+    cannot be read or parsed (the configuration's own reading says why)."""
+    try:
+        data = files.read_yaml(path)
+    except files.FileProblem:
+        return None
+    if data is None:
+        return frozenset()
+    return frozenset(str(k) for k in data) if isinstance(data, dict) else None
+
+
+def incomplete_problems(applied: dict[str, frozenset[str] | None], now: dict[str, frozenset[str] | None]) -> list[str]:
+    """The files that hold less than a whole configuration compared with what was last applied: empty
+    where they held something, or without the ``targets:`` section they had."""
+    problems = []
+    for path, before in applied.items():
+        after = now.get(path)
+        if not before or after is None:
+            continue
+        if not after:
+            problems.append(
+                f"{path}: the file is empty (caught while being written?); an empty file is not read as the "
+                "defaults: write the whole file, or rename a complete one into place"
+            )
+        elif "targets" in before and "targets" not in after:
+            problems.append(
+                f"{path}: targets: missing where the running configuration has it (a partial file?); the "
+                "default target is not put in place of yours: write the whole file"
+            )
+    return problems
+
+
 def restart_problems(old: Config, new: Config, old_web: WebConfig, new_web: WebConfig) -> list[str]:
     """The changes only a restart applies, each as a problem naming the setting."""
     problems = []
@@ -131,13 +170,21 @@ class Reloader:
         self._clock = clock
         self.status = ReloadStatus(successful=True, last_success_s=clock())
         self._seen = self._fingerprints()
+        self._applied = self._shapes()  # the watched files' top-level keys when last applied
         self._lock = asyncio.Lock()  # one reload at a time, whoever asks
 
     def _fingerprints(self) -> tuple[str, ...]:
         return tuple(fingerprint(p) for p in self.sources.watched)
 
-    def _read(self) -> tuple[Config, WebConfig]:
+    def _shapes(self) -> dict[str, frozenset[str] | None]:
+        return {p: shape(p) for p in self.sources.watched}
+
+    def _read(self) -> tuple[Config, WebConfig, dict[str, frozenset[str] | None]]:
         """Both files, validated; every problem of both in one ConfigError per file."""
+        shapes = self._shapes()
+        incomplete = incomplete_problems(self._applied, shapes)
+        if incomplete:
+            raise _Refused(incomplete)
         errors: list[ConfigError] = []
         config: Config | None = None
         web: WebConfig | None = None
@@ -155,7 +202,7 @@ class Reloader:
         problems = restart_problems(self.config, config, self.web, web)
         if problems:
             raise _Refused(problems)
-        return config, web
+        return config, web, shapes
 
     async def reload(self, trigger: str) -> tuple[bool, str]:
         """Read, validate and apply (or refuse) the configuration; (applied, what happened in one line)."""
@@ -163,14 +210,17 @@ class Reloader:
             seen = await asyncio.to_thread(self._fingerprints)
             try:
                 # Off the event loop: the model's config.json is read and checked with the rest.
-                config, web = await asyncio.to_thread(self._read)
-                changes = await self._apply(config, web)
+                config, web, shapes = await asyncio.to_thread(self._read)
+                if (config, web) == (self.config, self.web):
+                    changes = "unchanged: the configuration read equals the running one; nothing was applied"
+                else:
+                    changes = await self._apply(config, web)
             except _Refused as e:
                 return self._refused(trigger, seen, e.problems)
             except Exception as e:  # e.g. the model file changed between its check and its use; nothing was swapped
                 log.debug("reload failed trigger=%s", trigger, exc_info=True)
                 return self._refused(trigger, seen, [f"could not be applied: {e}"])
-            self.config, self.web, self._seen = config, web, seen
+            self.config, self.web, self._seen, self._applied = config, web, seen, shapes
             self.status = replace(
                 self.status, successful=True, last_success_s=self._clock(), successes=self.status.successes + 1
             )

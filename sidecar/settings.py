@@ -35,6 +35,7 @@ from .parsers import (
     JobLabel,
     ListenAddress,
     ModelPath,
+    Namespace,
     Number,
     Parser,
     PromDuration,
@@ -43,6 +44,7 @@ from .parsers import (
     Text,
     TokenFile,
     Url,
+    VllmVersion,
 )
 from .units import format_duration
 
@@ -154,6 +156,13 @@ SECTIONS = (
     Section(
         "model",
         "What vLLM does not export about the served model; enables the theoretical-capacity gauges. "
+        "config is found by the served model's name (vLLM's model_name label): a config.json, a model "
+        "directory, a folder of model directories (the one named like the model), or a Hugging Face hub cache "
+        "(models--org--name, its refs/main snapshot; nothing is read while a download is in progress, a new "
+        "revision or model is picked up); kvcache_model_config_loaded says where it stands. Learnt from vLLM on "
+        "every scrape, never set here: block size, KV dtype, num_gpu_blocks, kv_cache_memory_bytes, "
+        "gpu_memory_utilization, max_model_len (vllm:cache_config_info). Given here because vLLM exports none of "
+        "them: tensor/pipeline parallel sizes, the served dtype, the GPU's memory. "
         "The *_memory fields replace the budget estimate's terms: copied from vLLM's start-up log, "
         "they give an estimate within a block of vLLM's own.",
     ),
@@ -268,7 +277,8 @@ SETTINGS: tuple[Setting, ...] = (
         "config",
         ModelPath(),
         None,
-        "the served model's config.json or model directory",
+        "the served model's config.json, its directory, a folder of model directories, or the Hugging Face cache "
+        "vLLM downloads into (HF_HOME or its hub/): the served model is found by vLLM's model_name",
         env="KV_SIDECAR_MODEL_CONFIG",
         run_flag=True,
         example="/models/llama-3.1-8b",
@@ -289,7 +299,7 @@ SETTINGS: tuple[Setting, ...] = (
         "tensor_parallel_size",
         Number(int, minimum=1, metavar="N"),
         1,
-        "vLLM's --tensor-parallel-size",
+        "vLLM's --tensor-parallel-size (vLLM does not export it: give it)",
         env="KV_SIDECAR_MODEL_TENSOR_PARALLEL_SIZE",
         run_flag=True,
     ),
@@ -347,6 +357,16 @@ SETTINGS: tuple[Setting, ...] = (
         'replaces the CUDA-graph estimate; vLLM (>= 0.21) logs it as "Estimated CUDA graph memory: X GiB"',
         shown_default=_ESTIMATE,
         example="0.5GiB",
+    ),
+    Setting(
+        "model",
+        "vllm_version",
+        VllmVersion(),
+        None,
+        "the vLLM version whose memory-profile rules the estimated budget follows (batch defaults, sampler,"
+        " CUDA graphs); the scraped page's labels win when they show a later one",
+        shown_default="newest rules",
+        example="0.11.0",
     ),
     Setting(
         "forecast",
@@ -542,10 +562,20 @@ ALERT_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "alerts",
+        "namespace",
+        Namespace(),
+        RuleParams.namespace,
+        'the namespace every rule reads (namespace="..." on each series), so that installations in several '
+        "namespaces of one Prometheus never alert or record twice; unset: every namespace",
+        example="llm-prod",
+        render_flag=True,
+    ),
+    Setting(
+        "alerts",
         "runbook_base_url",
         BaseUrl(),
         RuleParams.runbook_base_url,
-        "runbook_url = this + /<AlertName>.md",
+        "runbook_url = this + /<AlertName>.md (default: this repository's docs/runbooks)",
         render_flag=True,
     ),
     Setting(
@@ -553,7 +583,9 @@ ALERT_SETTINGS: tuple[Setting, ...] = (
         "dashboard_base_url",
         BaseUrl(),
         RuleParams.dashboard_base_url,
-        "your Grafana's root URL; dashboard_url = this + /d/<uid>?var-...",
+        "your Grafana's root URL; dashboard_url = this + /d/<uid>?var-... (unset: no dashboard_url; each "
+        "runbook names its dashboard)",
+        example="https://grafana.example.com",
         render_flag=True,
     ),
     Setting(
@@ -569,8 +601,8 @@ ALERT_SETTINGS: tuple[Setting, ...] = (
         "gap_window",
         PromDuration(),
         RuleParams.gap_window,
-        "max_over_time window under the usage alerts: a missed scrape or a dip does not reset for: "
-        "(it lengthens every excursion by as much)",
+        "max_over_time window under the warning and KVCacheRequestsWaitingForKV: a missed scrape or a dip "
+        "does not reset for: (it lengthens every excursion by as much)",
     ),
     Setting(
         "alerts",
@@ -581,10 +613,25 @@ ALERT_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "alerts",
-        "critical_for",
+        "critical_window",
         PromDuration(),
-        RuleParams.critical_for,
-        "KVCacheAlmostFull critical (the page): above thresholds.watermark this long",
+        RuleParams.critical_window,
+        "KVCacheAlmostFull critical (the page): the peaks keep reaching thresholds.watermark, i.e. the "
+        "critical_quantile of usage over this window is above it (no for:) ...",
+    ),
+    Setting(
+        "alerts",
+        "critical_quantile",
+        Fraction(),
+        RuleParams.critical_quantile,
+        "... that quantile: 0.95 pages once usage was above the watermark for 5% of the window ...",
+    ),
+    Setting(
+        "alerts",
+        "critical_keep_firing_for",
+        PromDuration(),
+        RuleParams.critical_keep_firing_for,
+        "... and the page stays firing this long after the peaks stop (one page per saturation)",
     ),
     Setting(
         "alerts",
@@ -599,7 +646,8 @@ ALERT_SETTINGS: tuple[Setting, ...] = (
         "preemptions_per_second",
         Number(minimum=0.0, metavar="RATE"),
         RuleParams.preemptions_per_second,
-        "KVCachePreemptions: preemption rate over 5m above this (per second) ...",
+        "KVCachePreemptions: preemption rate over 5m above this (per second; the floor below which "
+        "preemptions are the scheduler at work) ...",
     ),
     Setting("alerts", "preemptions_for", PromDuration(), RuleParams.preemptions_for, "... for this long"),
     Setting(
@@ -615,6 +663,21 @@ ALERT_SETTINGS: tuple[Setting, ...] = (
         Fraction(),
         RuleParams.prefix_hit_ratio_low,
         "KVCachePrefixHitRatioLow: namespace/model hit ratio (tokens) below this ...",
+    ),
+    Setting(
+        "alerts",
+        "prefix_hit_ratio_usual",
+        Fraction(),
+        RuleParams.prefix_hit_ratio_usual,
+        "... only where its median over prefix_hit_ratio_baseline is at least this (a workload with shared "
+        "prefixes: one without them never fires) ...",
+    ),
+    Setting(
+        "alerts",
+        "prefix_hit_ratio_baseline",
+        PromDuration(),
+        RuleParams.prefix_hit_ratio_baseline,
+        "... the window of that median ...",
     ),
     Setting("alerts", "prefix_hit_ratio_for", PromDuration(), RuleParams.prefix_hit_ratio_for, "... for this long"),
     Setting(
@@ -652,12 +715,31 @@ ALERT_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "alerts",
+        "model_config_missing_for",
+        PromDuration(),
+        RuleParams.model_config_missing_for,
+        "KVCacheModelConfigMissing: model.config set but not loaded this long (kvcache_model_config_loaded 0)",
+    ),
+    Setting(
+        "alerts",
         "sidecar_down_for",
         PromDuration(),
         RuleParams.sidecar_down_for,
         "KVCacheSidecarDown: down or absent this long",
     ),
 )
+
+
+#: Settings that are no longer read: a file that still has one loads, and the message (logged as a
+#: warning once per load) says what replaced it. ``section.key`` -> message.
+DEPRECATED_SETTINGS: dict[str, str] = {
+    "alerts.critical_for": (
+        "alerts.critical_for: deprecated and ignored: the page (KVCacheAlmostFull critical) no longer waits "
+        "for usage to stay above the watermark (real bursts are shorter than any such for:); it fires when "
+        "the alerts.critical_quantile (default 0.95) of usage over alerts.critical_window (default 10m) is "
+        "above it. Remove critical_for; tune critical_window/critical_quantile instead"
+    ),
+}
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,17 @@ What serves with it:
   by renaming a symlink, so the inode changes) with the loaded one and builds a new context when they
   changed; a pair that does not load (the key written after the certificate, a truncated file) keeps
   the old context, is logged once per distinct failure, and is tried again when the files change again.
-* :class:`BasicAuth`: ``Authorization: Basic`` against bcrypt hashes, in constant time whatever the user
-  name (an unknown user is checked against a real hash too), one bcrypt check at a time (each costs
-  tens of milliseconds of CPU by design), and a success remembered for :data:`AUTH_CACHE_S` under a
-  keyed digest of the credentials (never the password itself), so a scrape every few seconds costs a
-  dictionary look-up rather than a bcrypt check.
+* :class:`BasicAuth`: ``Authorization: Basic`` against bcrypt hashes. A success is remembered for
+  :data:`AUTH_CACHE_S` after its last use under a keyed digest of the credentials (never the password
+  itself), so a scrape every few seconds costs a dictionary look-up, answered without waiting behind
+  any bcrypt check (:meth:`BasicAuth.cached`). Credentials not remembered are checked one at a time
+  (each check costs tens of milliseconds of CPU by design), at most :data:`AUTH_CHECKS_PENDING` waiting
+  (then ``429`` at once), and a client with :data:`AUTH_FAILURES_PER_CLIENT` failures within
+  :data:`AUTH_FAILURE_WINDOW_S` gets ``429`` at once until the window passes: a flood of wrong passwords
+  costs one core at most and never delays a scrape whose credentials are remembered. An unknown user is
+  checked against a fixed hash of cost 10 (as the exporter toolkit does, ``web/handler.go``
+  ``ServeHTTP``), so its timing tells little and its cost is bounded whatever the users' hashes. A hash
+  above :data:`MAX_BCRYPT_COST` is refused at load.
 * :class:`Serving`: the two and the extra headers, as the HTTP server uses them; replaced whole at a reload.
 """
 
@@ -57,6 +63,22 @@ AUTH_CACHE_S = 300.0
 AUTH_CACHE_SIZE = 64
 #: An ``Authorization`` header longer than this is refused unread.
 MAX_AUTHORIZATION_BYTES = 4096
+#: The highest bcrypt cost a hash may have. The exporter toolkit accepts what Go's bcrypt accepts, 4 to
+#: 31 (``web/handler.go`` ``validateUsers`` calls ``bcrypt.Cost``; golang.org/x/crypto/bcrypt ``MaxCost``
+#: is 31), but each step doubles a check's CPU: cost 10 takes about 80 ms here, 14 about 1.3 s, 31 days.
+#: Above this the file is refused (one field, naming the limit), so a check always ends in seconds.
+MAX_BCRYPT_COST = 14
+#: Credentials not remembered, being checked or waiting for a check at once; more get a 429 at once.
+AUTH_CHECKS_PENDING = 4
+#: Failed checks a client (by IP address) may have within :data:`AUTH_FAILURE_WINDOW_S`; past them its
+#: unremembered credentials get a 429 at once, without a check, until the window passes.
+AUTH_FAILURES_PER_CLIENT = 5
+AUTH_FAILURE_WINDOW_S = 60.0
+#: Clients whose failures are remembered at most (the oldest is forgotten first).
+AUTH_FAILURE_CLIENTS = 4096
+#: The hash an unknown user's password is checked against: bcrypt of a random password at cost 10, so
+#: that the check costs what a documented hash costs (the toolkit's ``ServeHTTP`` does the same).
+DECOY_HASH = b"$2b$10$FDDlmX.BBBOiPJczrRPTkecPzPNV18Pn77uN8ruHr0gL3U8Z.4Jzi"
 
 #: client_auth_type -> what Python's ssl does with the client's certificate.
 CLIENT_AUTH_TYPES: dict[str, ssl.VerifyMode] = {
@@ -361,8 +383,11 @@ def _users(raw: Any, problems: list[str]) -> tuple[tuple[str, bytes], ...]:
             problems.append(f"basic_auth_users: {str(user)!r} is not a user name (a non-empty string without ':')")
         elif not isinstance(hashed, str) or not _BCRYPT.match(hashed):
             problems.append(f"{where}: not a bcrypt hash (it starts with $2y$, $2b$ or $2a$ and the cost); {_HASH_FIX}")
-        elif not 4 <= int(hashed[4:6]) <= 31:
-            problems.append(f"{where}: bcrypt cost {hashed[4:6]} is outside 4-31; {_HASH_FIX}")
+        elif not 4 <= int(hashed[4:6]) <= MAX_BCRYPT_COST:
+            problems.append(
+                f"{where}: bcrypt cost {hashed[4:6]} is outside 4-{MAX_BCRYPT_COST} (the exporter toolkit takes "
+                f"up to 31, but one check above {MAX_BCRYPT_COST} holds a core for seconds to days); {_HASH_FIX}"
+            )
         else:
             out.append((user, hashed.encode("ascii")))
     return tuple(out)
@@ -539,44 +564,87 @@ def _allowed(cert: Mapping[str, Any], allowed: tuple[str, ...]) -> bool:
 
 
 class BasicAuth:
-    """``Authorization: Basic`` against the bcrypt hashes of ``basic_auth_users``."""
+    """``Authorization: Basic`` against the bcrypt hashes of ``basic_auth_users``.
+
+    The endpoint asks :meth:`cached` on its loop (no bcrypt), then, for credentials it does not
+    remember, :meth:`blocked` and :meth:`check` (on a thread of its own) and :meth:`failed`.
+    """
 
     def __init__(self, users: tuple[tuple[str, bytes], ...]):
         self._users = dict(users)
-        # An unknown user is checked against a real hash (of the same cost) so that timing does not tell
-        # which user names exist; the answer is refused whatever the check says.
-        self._decoy = users[0][1]
         self._key = secrets.token_bytes(32)  # the cache's digests mean nothing outside this process
         self._cache: dict[bytes, float] = {}  # digest of (user, password) -> monotonic expiry
         self._cache_lock = threading.Lock()
         self._bcrypt_lock = threading.Lock()  # one check at a time: a flood of bad passwords takes one core
+        self._failures: dict[str, list[float]] = {}  # client -> monotonic times of its recent failures
         self.checks = 0  # bcrypt checks run (the cache's misses)
 
-    def allows(self, authorization: str | None) -> bool:
+    def _digest(self, user: str, password: bytes) -> bytes:
+        return hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
+
+    def cached(self, authorization: str | None) -> bool | None:
+        """True: credentials remembered as good (their expiry is pushed back); False: refused without a
+        check (absent or malformed); None: a bcrypt check must decide. Costs one HMAC."""
+        credentials = _credentials(authorization)
+        if credentials is None:
+            return False
+        user, password = credentials
+        if user not in self._users:
+            return None
+        digest = self._digest(user, password)
+        now = time.monotonic()
+        with self._cache_lock:
+            if self._cache.get(digest, 0.0) > now:
+                self._cache[digest] = now + AUTH_CACHE_S
+                return True
+        return None
+
+    def check(self, authorization: str | None) -> bool:
+        """A bcrypt check (one at a time); a success is remembered."""
         credentials = _credentials(authorization)
         if credentials is None:
             return False
         user, password = credentials
         hashed = self._users.get(user)
-        digest = hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
-        now = time.monotonic()
-        with self._cache_lock:
-            if hashed is not None and self._cache.get(digest, 0.0) > now:
-                return True
         with self._bcrypt_lock:
             self.checks += 1
             try:
-                ok = bcrypt.checkpw(password, hashed if hashed is not None else self._decoy)
+                ok = bcrypt.checkpw(password, hashed if hashed is not None else DECOY_HASH)
             except ValueError:  # longer than bcrypt's 72 bytes: no stored password can match
                 ok = False
         if not ok or hashed is None:
             return False
+        now = time.monotonic()
         with self._cache_lock:
             if len(self._cache) >= AUTH_CACHE_SIZE:
                 for key in [k for k, expiry in self._cache.items() if expiry <= now] or [next(iter(self._cache))]:
                     del self._cache[key]
-            self._cache[digest] = now + AUTH_CACHE_S
+            self._cache[self._digest(user, password)] = now + AUTH_CACHE_S
         return True
+
+    def allows(self, authorization: str | None) -> bool:
+        """Remembered, or checked now (the two steps the endpoint takes separately)."""
+        verdict = self.cached(authorization)
+        return verdict if verdict is not None else self.check(authorization)
+
+    def blocked(self, client: str) -> bool:
+        """Whether ``client`` used up its failures within the window (then its checks are refused unrun)."""
+        recent = self._failures.get(client)
+        if not recent:
+            return False
+        horizon = time.monotonic() - AUTH_FAILURE_WINDOW_S
+        recent[:] = [t for t in recent if t > horizon]
+        if not recent:
+            del self._failures[client]
+        return len(recent) >= AUTH_FAILURES_PER_CLIENT
+
+    def failed(self, client: str) -> None:
+        """Count a failed check of ``client``'s (the oldest client is forgotten past the bound)."""
+        recent = self._failures.pop(client, [])
+        recent.append(time.monotonic())
+        self._failures[client] = recent[-AUTH_FAILURES_PER_CLIENT:]  # newest last: the dict's order is recency
+        while len(self._failures) > AUTH_FAILURE_CLIENTS:
+            del self._failures[next(iter(self._failures))]
 
 
 def _credentials(authorization: str | None) -> tuple[str, bytes] | None:

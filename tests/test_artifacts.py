@@ -144,6 +144,7 @@ def test_the_table_keeps_every_variable_and_flag_name():
         "thresholds.warning",
         "thresholds.target_usage",
         "alerts.sidecar_job",
+        "alerts.namespace",
         "alerts.runbook_base_url",
         "alerts.dashboard_base_url",
     }
@@ -231,7 +232,8 @@ RENDER_HELP = {
     "--alerts.sidecar-job JOB": "from --config.file, else kv-cache-sidecar",
     "--alerts.runbook-base-url URL": "from --config.file, else "
     "https://github.com/kv-cache-sidecar/kv-cache-sidecar/blob/main/docs/runbooks",
-    "--alerts.dashboard-base-url URL": "from --config.file, else https://grafana.example.com",
+    "--alerts.namespace NAMESPACE": "from --config.file, else none",
+    "--alerts.dashboard-base-url URL": "from --config.file, else none",
 }
 
 

@@ -100,10 +100,6 @@ BAD = {
     "watermark-range": ("thresholds: {watermark: 90}\n", "thresholds.watermark: must be a fraction between 0 and 1"),
     "bad-listen": ("web: {listen_address: 'localhost'}\n", "web.listen_address: 'localhost' is not HOST:PORT"),
     "bad-log-level": ("log: {level: verbose}\n", "log.level: 'verbose' is not one of"),
-    "missing-model-config": (
-        "model: {config: /nonexistent/model}\n",
-        "model.config: '/nonexistent/model' does not exist",
-    ),
     "bad-tp": ("model: {tensor_parallel_size: zero}\n", "model.tensor_parallel_size: must be a whole number"),
     "nan-interval": ("scrape:\n  interval: .nan\n", "scrape.interval: not a duration"),
     "inf-timeout": (

@@ -261,3 +261,28 @@ def test_the_demand_gate_reads_the_configured_watermark(server, watermark, deman
         assert h.value("kvcache_demand_tokens") == demand
     finally:
         h.close()
+
+
+def test_time_until_full_leaves_0_soon_after_the_load_drops(server):
+    # A full cache (usage 1.0 on the 1 GiB capture) for a whole long window, then usage 0.3. Windows of 2 and
+    # 4 minutes (20-s and 40-s slices) keep the test short; the level now is the peak of the last slice of the
+    # shortest window, 20 s here (100 s by default; docs/forecast.md). Measured from the 4-minute window's
+    # peaks instead, which still stand at full, the gauge read 0 for minutes after the drop.
+    usage_line = f"vllm:kv_cache_usage_perc{{{MODEL}}} 0.05469417653522157"
+    assert usage_line in LOAD
+    full, light = (LOAD.replace(usage_line, f"vllm:kv_cache_usage_perc{{{MODEL}}} {u}").encode() for u in (1.0, 0.3))
+    h = Harness(server, flags={("forecast", "window"): "2m", ("forecast", "long_windows"): "4m"})
+    try:
+        server.behaviour = ok(full)
+        for _ in range(48):
+            h.scrape(advance_s=5)
+        assert h.value("kvcache_time_until_full_seconds") == 0.0  # full, steadily
+        server.behaviour = ok(light)
+        seen = []
+        for _ in range(12):
+            h.scrape(advance_s=5)
+            seen.append(h.value("kvcache_time_until_full_seconds"))
+    finally:
+        h.close()
+    assert seen[-1] == float("inf")  # a flat 0.3: not filling
+    assert seen.index(float("inf")) <= 4  # within 25 s: the full samples have left the last 20 s

@@ -203,7 +203,7 @@ def test_a_bad_reload_is_refused_counted_and_the_running_configuration_stays(tmp
 
         config.write_text(config_text({"down": down}))
         r = httpx.post(d.base + "/-/reload", content=b"ignored body")
-        assert r.status_code == 200 and "kept=down" in r.text
+        assert r.status_code == 200 and r.text.startswith("unchanged")  # equal to the running one: not applied again
         assert d.reloads(d.page()) == (1.0, 3.0, 1.0)
         assert d.stop() == 0
     finally:
@@ -380,3 +380,34 @@ def test_a_rebuilt_layer_may_take_over_its_predecessors_state_for_the_kept_targe
     new = Layer({})
     _adopt((new,), (old,), {"kept"})  # type: ignore[arg-type]
     assert new.series == {("kept", "m", "0"): [1.0]}
+
+
+def test_a_file_caught_empty_or_partial_is_refused_never_read_as_the_defaults(tmp_path):
+    """An editor or a ConfigMap update leaves the file empty (or half written) for a moment: the watcher
+    must refuse it, not scrape the default 127.0.0.1:8000 and then re-add the real target afresh."""
+    down = f"http://127.0.0.1:{free_port()}/metrics"
+    config = tmp_path / "sidecar.yaml"
+    whole = config_text({"down": down})
+    config.write_text(whole)
+    d = Daemon(tmp_path, config, "--config.auto-reload-interval", "100ms")
+    try:
+        d.wait_for("a scrape", lambda p: value(p, "kvcache_sidecar_target_up", target="down") == 0.0)
+        config.write_text("")  # caught mid-rewrite
+        d.wait_for("the empty file refused", lambda p: d.reloads(p)[1] == 1.0)
+        config.write_text("# being written\n")  # comments only: YAML's null, as empty
+        r = httpx.post(d.base + "/-/reload")
+        assert r.status_code == 500 and "the file is empty" in r.text
+        config.write_text(whole.split("targets:")[0] + "scrape: {interval: 200ms}\n")  # the head of a file, no targets
+        r = httpx.post(d.base + "/-/reload")
+        assert r.status_code == 500 and "targets: missing" in r.text
+        page = d.page()
+        assert {dict(k[1]).get("target") for k in page if k[0] == "kvcache_sidecar_target_up"} == {"down"}
+        before = value(page, "kvcache_sidecar_scrape_errors_total", target="down", reason="refused") or 0
+        config.write_text(whole)  # the whole file again: equal to the running one, nothing restarts
+        page = d.wait_for("the whole file read again", lambda p: d.reloads(p)[0] == 1.0)
+        assert (value(page, "kvcache_sidecar_scrape_errors_total", target="down", reason="refused") or 0) >= before
+        assert "127.0.0.1:8000" not in d.logs()
+        assert any("the file is empty" in line and "reload refused" in line for line in d.logs().splitlines())
+        assert d.stop() == 0
+    finally:
+        d.procs.stop()

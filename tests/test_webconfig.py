@@ -16,14 +16,16 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import bcrypt
 import httpx
 import pytest
 from certs import ca, encrypted_key, needs_openssl, self_signed, signed
-from processes import Processes, free_port, kv_sidecar
+from processes import Processes, free_port, http_status, kv_sidecar
 
 from sidecar import webconfig
 from sidecar.config import ConfigError, load_config
@@ -218,6 +220,52 @@ def test_a_remembered_success_expires(monkeypatch):
     assert auth.checks == 3  # ... so each request runs bcrypt again
 
 
+def test_a_hash_above_the_cost_limit_is_refused_naming_the_limit(tmp_path):
+    # cost 31 is valid for the exporter toolkit (Go's bcrypt.MaxCost) but one check takes days of CPU:
+    # the hash text is built, not computed (bcrypt would take that long to make it too)
+    slow = HASH.replace("$04$", "$31$", 1)
+    assert HASH.startswith("$2b$04$")
+    problems = problems_of(write(tmp_path / "web.yml", f"basic_auth_users: {{prom: '{slow}'}}\n"))
+    assert len(problems) == 1 and f"outside 4-{webconfig.MAX_BCRYPT_COST}" in problems[0], problems
+    assert slow not in problems[0]  # never echoed
+    at_limit = HASH.replace("$04$", f"${webconfig.MAX_BCRYPT_COST}$", 1)
+    assert load_web_config(str(write(tmp_path / "ok.yml", f"basic_auth_users: {{prom: '{at_limit}'}}\n"))).users
+
+
+def test_an_unknown_user_is_checked_against_the_fixed_decoy_not_a_users_hash(monkeypatch):
+    seen: list[bytes] = []
+    real = bcrypt.checkpw
+    monkeypatch.setattr(bcrypt, "checkpw", lambda pw, hashed: seen.append(hashed) or real(pw, hashed))
+    slow = bcrypt.hashpw(b"x", bcrypt.gensalt(12))  # a user's hash dearer than the decoy
+    auth = BasicAuth((("prom", slow),))
+    assert not auth.allows(basic("mallory", PASSWORD))
+    assert seen == [webconfig.DECOY_HASH] and webconfig.DECOY_HASH.startswith(b"$2b$10$")
+    assert not real(b"", webconfig.DECOY_HASH)  # a real bcrypt hash: the check costs what cost 10 costs
+
+
+def test_a_remembered_success_is_answered_on_the_spot_and_its_expiry_slides(monkeypatch):
+    auth = BasicAuth((("prom", HASH.encode()),))
+    assert auth.cached(basic("prom", PASSWORD)) is None  # not known yet: a check must decide
+    assert auth.cached(None) is False and auth.cached("Basic !!") is False  # refused without a check
+    assert auth.check(basic("prom", PASSWORD))
+    monkeypatch.setattr(webconfig, "AUTH_CACHE_S", 0.2)
+    for _ in range(4):  # used every 0.1 s: stays remembered past 0.2 s
+        assert auth.cached(basic("prom", PASSWORD)) is True
+        time.sleep(0.1)
+    assert auth.checks == 1
+
+
+def test_a_clients_failures_are_bounded_then_refused_without_a_check():
+    auth = BasicAuth((("prom", HASH.encode()),))
+    for _ in range(webconfig.AUTH_FAILURES_PER_CLIENT):
+        assert not auth.blocked("10.0.0.9")
+        auth.failed("10.0.0.9")
+    assert auth.blocked("10.0.0.9") and not auth.blocked("10.0.0.10")
+    for i in range(webconfig.AUTH_FAILURE_CLIENTS + 10):  # a spray of addresses: the table stays bounded
+        auth.failed(f"fd00::{i:x}")
+    assert len(auth._failures) == webconfig.AUTH_FAILURE_CLIENTS
+
+
 # ----------------------------------------------------------------------------- the server, in this process
 
 
@@ -237,6 +285,7 @@ def endpoint(tmp_path):
         started.append((server, sidecar))
         return f"{web.scheme}://127.0.0.1:{port}"
 
+    start.started = started  # type: ignore[attr-defined]
     yield start
     for server, sidecar in started:
         server.shutdown()
@@ -311,6 +360,44 @@ def test_basic_auth_protects_everything_but_the_probes(tmp_path, endpoint):
     assert r.status_code == 200 and "kvcache_sidecar_target_up" in r.text
 
 
+def test_wrong_passwords_cannot_hold_back_a_remembered_scrape(tmp_path, endpoint, monkeypatch):
+    """Checks that never end (a hash as dear as the toolkit allows) fill the pending bound: the next
+    unremembered credentials get a 429 at once, and a scrape with remembered credentials a 200."""
+    url = endpoint(f"basic_auth_users: {{prom: '{HASH}'}}\n")
+    assert httpx.get(url + "/metrics", auth=("prom", PASSWORD)).status_code == 200  # now remembered
+    release = threading.Event()
+    real_check = BasicAuth.check
+    monkeypatch.setattr(BasicAuth, "check", lambda self, header: release.wait(30) and real_check(self, header))
+    pending = ThreadPoolExecutor(webconfig.AUTH_CHECKS_PENDING)
+    stuck = [
+        pending.submit(httpx.get, url + "/metrics", auth=(f"u{i}", "wrong"), timeout=30)
+        for i in range(webconfig.AUTH_CHECKS_PENDING)
+    ]
+    server = endpoint.started[-1][0]
+    try:
+        deadline = time.monotonic() + 20
+        while server._auth_pending < webconfig.AUTH_CHECKS_PENDING:  # every check taken
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        r = httpx.get(url + "/metrics", auth=("other", "x"))
+        assert r.status_code == 429 and r.headers["Retry-After"] == "1"
+        r = httpx.get(url + "/metrics", auth=("prom", PASSWORD), timeout=5)
+        assert r.status_code == 200 and "kvcache_sidecar_target_up" in r.text  # not behind the stuck checks
+    finally:
+        release.set()
+        assert all(f.result().status_code == 401 for f in stuck)
+        pending.shutdown()
+
+
+def test_a_client_past_its_failures_gets_429_without_a_bcrypt_check(tmp_path, endpoint):
+    url = endpoint(f"basic_auth_users: {{prom: '{HASH}'}}\n")
+    for _ in range(webconfig.AUTH_FAILURES_PER_CLIENT):
+        assert httpx.get(url + "/metrics", auth=("prom", "wrong")).status_code == 401
+    assert httpx.get(url + "/metrics", auth=("prom", "wrong")).status_code == 429
+    assert httpx.get(url + "/metrics", auth=("prom", PASSWORD)).status_code == 429  # unremembered: not checked
+    assert httpx.get(url + "/healthz").status_code == 200
+
+
 # ----------------------------------------------------------------------------- kv-sidecar run
 
 
@@ -371,27 +458,40 @@ def test_run_serves_https_with_basic_auth_and_open_probes(tmp_path):
         procs.stop()
 
 
-def test_a_bad_web_config_exits_2_naming_each_field(tmp_path):
+def test_a_bad_web_config_names_each_field_and_serves_nothing_until_fixed(tmp_path):
+    """`run` never exits on it (docs/kubernetes.md, "Never gate vLLM"), and never serves without its TLS or auth."""
     cert, key = self_signed(tmp_path, "a")
     _, other = self_signed(tmp_path, "b")
     web = write(
         tmp_path / "web.yml",
         "tls_server_config: {cert_file: a.crt, key_file: b.key}\nbasic_auth_users: {prom: 'my password'}\n",
     )
-    proc = subprocess.run(
+    port = free_port()
+    run = subprocess.Popen(
         [*kv_sidecar(), "run", "--target", "http://127.0.0.1:9/metrics", "--web.listen-address",
-         f"127.0.0.1:{free_port()}", "--web.config.file", str(web)],
-        capture_output=True, text=True, timeout=30,
+         f"127.0.0.1:{port}", "--web.config.file", str(web), "--config.auto-reload-interval", "200ms"],
+        stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert proc.returncode == 2, proc.stderr
-    assert f"{web}: tls_server_config.key_file: " in proc.stderr and "is not the key" in proc.stderr
-    assert f"{web}: basic_auth_users.prom: not a bcrypt hash" in proc.stderr
-    assert "my password" not in proc.stderr and "Traceback" not in proc.stderr and "listening" not in proc.stderr
+    assert run.stderr is not None
+    lines = []
+    while not (lines and lines[-1].startswith("kv-sidecar: not stopping")):
+        lines.append(run.stderr.readline())
+        assert lines[-1], "".join(lines)  # exited instead
+    time.sleep(1)
+    assert run.poll() is None and http_status(f"http://127.0.0.1:{port}/metrics") == 0  # nothing served
+    run.terminate()
+    err = "".join(lines) + run.communicate(timeout=30)[1]
+    assert run.returncode == 0, err
+    assert "nothing is served until the file is fixed" in err
+    assert f"{web}: tls_server_config.key_file: " in err and "is not the key" in err
+    assert f"{web}: basic_auth_users.prom: not a bcrypt hash" in err
+    assert "my password" not in err and "Traceback" not in err and "listening" not in err
+    assert err.count("basic_auth_users.prom") == 1  # read again every 200ms, reported once
     check = subprocess.run(
         [*kv_sidecar(), "check-config", str(write(tmp_path / "c.yaml", "{}\n")), "--web.config.file", str(web)],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
-    assert check.returncode == 2 and proc.stderr.splitlines()[1:] == check.stderr.splitlines()[1:]
+    assert check.returncode == 2 and lines[1:-1] == [line + "\n" for line in check.stderr.splitlines()[1:]]
 
 
 def _served_certificate(port: int) -> bytes:

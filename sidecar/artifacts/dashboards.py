@@ -47,6 +47,7 @@ from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
+from ..forecast.recommendation import ACTION_TEXT, REASON_TEXT
 from ..metrics import CACHE_SETTINGS
 from ..units import prometheus_duration_seconds
 from .params import (
@@ -76,14 +77,24 @@ ROW_TITLES = (
     "What to change",
 )
 
+#: The Fleet dashboard's last row: what users feel, from vLLM's own series (the KV rows say why).
+USERS_ROW_TITLE = "Are users hurting"
+
 #: Keys added to each encoded annotation because the SDK's AnnotationQuery has no field for them.
 ANNOTATION_FALLBACK_KEYS = ("tagKeys", "textFormat", "titleFormat")
+
+#: The template variable of the cluster, first of the chain. Its "All" is ``.*``, and ``cluster=~".*"`` also
+#: matches a series without the label (Prometheus: a matcher that matches the empty string selects series
+#: without the label too, "Querying basics"): harmless where Prometheus holds one cluster and no such label.
+VAR_CLUSTER = "cluster"
 
 #: Tag of the three dashboards (Grafana's search and tag links).
 TAG = "kvcache"
 
 #: Time-until graphs are capped here: +Inf (not filling) cannot be drawn, and beyond it nothing is urgent.
 TIME_UNTIL_GRAPH_CAP_S = 6 * 3600
+#: The floor of the time-until graphs' log axis: "full within a minute" (0 s cannot be drawn on a log axis).
+TIME_UNTIL_GRAPH_FLOOR_S = 60
 #: The "worst time until full" figure is capped here and read as "not filling".
 TIME_UNTIL_STAT_CAP_S = 7 * 86400
 
@@ -99,6 +110,8 @@ class DashboardParams:
 
     namespace_label: str = "namespace"
     pod_label: str = "pod"
+    #: the label a multi-cluster setup puts on every series (an external label or relabelling); may be absent
+    cluster_label: str = "cluster"
     thresholds: Thresholds = field(default_factory=Thresholds)
     runbook_base_url: str = RuleParams().runbook_base_url
     sidecar_job: str = RuleParams().sidecar_job
@@ -141,18 +154,26 @@ class _Sel:
 
     ns: str
     pod: str
+    cluster: str = "cluster"
 
     def engine(self, *extra: str) -> str:
-        """An engine series of the sidecar (or of vLLM): namespace, model and pod."""
-        return self._matchers(f'{self.ns}=~"${VAR_NAMESPACE}"', f'model_name=~"${VAR_MODEL_NAME}"', self._pod(), *extra)
+        """An engine series of the sidecar (or of vLLM): cluster, namespace, model and pod."""
+        return self._matchers(self._ns(), f'model_name=~"${VAR_MODEL_NAME}"', self._pod(), *extra)
 
     def pod_only(self, *extra: str) -> str:
-        """A series without ``model_name`` (the sidecar's own health, a process): namespace and pod."""
-        return self._matchers(f'{self.ns}=~"${VAR_NAMESPACE}"', self._pod(), *extra)
+        """A series without ``model_name`` (the sidecar's own health, a process): cluster, namespace and pod."""
+        return self._matchers(self._ns(), self._pod(), *extra)
 
     def model(self, *extra: str) -> str:
-        """A namespace/model recording rule: namespace and model."""
-        return self._matchers(f'{self.ns}=~"${VAR_NAMESPACE}"', f'model_name=~"${VAR_MODEL_NAME}"', *extra)
+        """A namespace/model recording rule: cluster, namespace and model."""
+        return self._matchers(self._ns(), f'model_name=~"${VAR_MODEL_NAME}"', *extra)
+
+    def namespace(self, *extra: str) -> str:
+        """Any series of the selected namespaces (an alert): cluster and namespace."""
+        return self._matchers(self._ns(), *extra)
+
+    def _ns(self) -> str:
+        return f'{self.cluster}=~"${VAR_CLUSTER}", {self.ns}=~"${VAR_NAMESPACE}"'
 
     def _pod(self) -> str:
         return f'{self.pod}=~"${VAR_POD}"'
@@ -240,6 +261,16 @@ def _not_filling(cap_s: int) -> dm.RangeMap:
     )
 
 
+def _until(expr: str) -> str:
+    """A time until full/watermark for a log axis: at least a minute (0 = full now), at most the cap (not filling)."""
+    return f"clamp({expr}, {TIME_UNTIL_GRAPH_FLOOR_S}, {TIME_UNTIL_GRAPH_CAP_S})"
+
+
+def _enum_text(texts: dict[str, str]) -> dm.ValueMap:
+    """Reads each enum value (an action, a reason) as its human text: no raw ``shortfall_at_upper_bound``."""
+    return dm.ValueMap(options={value: dm.ValueMappingResult(text=text) for value, text in texts.items()})
+
+
 def _fixed_color(color: str) -> dm.DynamicConfigValue:
     return dm.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": color})
 
@@ -261,6 +292,10 @@ class Graph:
     thresholds: db.ThresholdsConfig | None = None
     colors: dict[str, str] = field(default_factory=dict)  # legend -> fixed colour
     runbook: str = ""  # the URL of the runbook of the alert this panel explains
+    #: legends drawn on a right-hand axis of their own (a series an order of magnitude apart)
+    right_axis: tuple[str, ...] = ()
+    #: a log-10 y axis (needs ``min`` > 0): minutes and hours both read on one time-until axis
+    log_scale: bool = False
 
     def build(self) -> timeseries.Panel:
         p = (
@@ -283,6 +318,8 @@ class Graph:
         )
         if self.axis_label:
             p = p.axis_label(self.axis_label)
+        if self.log_scale:
+            p = p.scale_distribution(cb.ScaleDistributionConfig().type(cm.ScaleDistribution.LOG).log(10))
         if self.min is not None:
             p = p.min(self.min)
         if self.max is not None:
@@ -295,6 +332,8 @@ class Graph:
             )
         for legend, color in self.colors.items():
             p = p.override_by_name(legend, [_fixed_color(color)])
+        for legend in self.right_axis:
+            p = p.override_by_name(legend, [dm.DynamicConfigValue(id_val="custom.axisPlacement", value="right")])
         if self.runbook:
             p = p.links(_runbook_links(self.runbook))
         return p
@@ -417,7 +456,7 @@ Rows = list[tuple[str, list[Panel]]]
 
 
 def _firing_alerts(p: DashboardParams, s: _Sel) -> list[Panel]:
-    alerts = f'ALERTS{{alertname=~"KVCache.*", alertstate="firing", {p.namespace_label}=~"${VAR_NAMESPACE}"}}'
+    alerts = "ALERTS" + s.namespace('alertname=~"KVCache.*"', 'alertstate="firing"')
     watermark = _num(p.thresholds.watermark)
     full_soon_s = prometheus_duration_seconds(p.full_soon_within)
     alert_runbook = _runbook(p, "${__data.fields.alertname}")
@@ -426,12 +465,11 @@ def _firing_alerts(p: DashboardParams, s: _Sel) -> list[Panel]:
     delivered = f"{critical} or ({alerts} unless on (alertname, {p.namespace_label}, {p.pod_label}) {critical})"
     return [
         Stat(
-            "Firing KVCache alerts",
-            "KVCache* alerts firing now in the selected namespaces, as Alertmanager delivers them: a warning "
-            "is not counted while the critical alert of the same name fires on the same pod (it is inhibited). "
-            "Above 0: open the table beside it and each alert's runbook.",
+            "Pages firing (critical)",
+            "Critical KVCache* alerts firing now in the selected namespaces: what paged. Warnings (tickets) are "
+            "listed in the table beside it, not counted here. Above 0: open the table and each alert's runbook.",
             "none",
-            Q(f"count({delivered}) or vector(0)", "firing", instant=True),
+            Q(f"count({critical}) or vector(0)", "paging", instant=True),
             _steps((None, "green"), (1, "red")),
         ),
         Stat(
@@ -508,7 +546,7 @@ def _pod_table(p: DashboardParams, s: _Sel) -> Table:
             "Value #C": "Time until full",
             "Value #D": "Preemptions/s",
         },
-        units={"Usage": "percentunit", "Free tokens": "short", "Time until full": "s", "Preemptions/s": "reqps"},
+        units={"Usage": "percentunit", "Free tokens": "short", "Time until full": "s", "Preemptions/s": "short"},
         styles={"Usage": _colored(_usage_steps(p.thresholds)), "Time until full": _mapped(_not_filling(cap))},
         sort_by="Usage",
         links=[db.DashboardLink("Open the pod dashboard").url(drill)],
@@ -521,8 +559,9 @@ def _fleet_fill(p: DashboardParams, s: _Sel) -> list[Panel]:
         Graph(
             "KV usage by pod",
             f"KV-cache usage of each engine (kvcache_usage_ratio), with the {_pct(p.thresholds.warning)} ticket and "
-            f"{_pct(p.thresholds.watermark)} paging thresholds drawn. A line in the red band pages after "
-            "KVCacheAlmostFull's for: duration; compare its neighbours to tell load from imbalance.",
+            f"{_pct(p.thresholds.watermark)} paging thresholds drawn. A line whose peaks keep reaching the red band "
+            "pages (KVCacheAlmostFull: above it for 5% of 10 minutes by default); compare its neighbours to tell "
+            "load from imbalance.",
             "percentunit",
             [Q(f"kvcache_usage_ratio{s.engine()}", f"{_legend(p.pod_label)} {{{{model_name}}}} engine {{{{engine}}}}")],
             min=0,
@@ -555,17 +594,20 @@ def _fleet_tokens(p: DashboardParams, s: _Sel) -> list[Panel]:
         ),
         Graph(
             "Time until full by pod",
-            "Time until each engine's cache is full at its current trend (kvcache_time_until_full_seconds), capped "
-            f"at {TIME_UNTIL_GRAPH_CAP_S // 3600} h: a line at the top is not filling. In the red band "
-            f"(below {p.full_soon_within}) KVCacheFullSoon pages.",
+            "Time until each engine's cache is full at its current trend (kvcache_time_until_full_seconds) on a "
+            f"log axis from 1 min to {TIME_UNTIL_GRAPH_CAP_S // 3600} h, so three states read apart: a line at the "
+            f"top is not filling, one in the middle is filling hours away, one in the red band (below "
+            f"{p.full_soon_within}) is full soon and KVCacheFullSoon pages.",
             "s",
             [
                 Q(
-                    f"clamp_max(kvcache_time_until_full_seconds{s.engine()}, {TIME_UNTIL_GRAPH_CAP_S})",
+                    _until(f"kvcache_time_until_full_seconds{s.engine()}"),
                     f"{_legend(p.pod_label)} engine {{{{engine}}}}",
                 )
             ],
-            min=0,
+            min=TIME_UNTIL_GRAPH_FLOOR_S,
+            max=TIME_UNTIL_GRAPH_CAP_S,
+            log_scale=True,
             thresholds=_steps((None, "red"), (prometheus_duration_seconds(p.full_soon_within), "transparent")),
             runbook=_runbook(p, "KVCacheFullSoon"),
         ),
@@ -582,8 +624,9 @@ def _fleet_preempting(p: DashboardParams, s: _Sel) -> list[Panel]:
             "Preemptions per second by model",
             "Requests vLLM preempted for lack of KV blocks, per second. Any sustained rate means the cache is too "
             "small for the load (KVCachePreemptions): raise capacity or lower concurrency.",
-            "reqps",
+            "short",
             [Q(f"sum {by} (rate(kvcache_preemptions_total{s.engine()}[$__rate_interval]))", model)],
+            axis_label="preemptions/s",
             min=0,
             runbook=_runbook(p, "KVCachePreemptions"),
         ),
@@ -606,14 +649,23 @@ def _fleet_preempting(p: DashboardParams, s: _Sel) -> list[Panel]:
 
 def _fleet_change(p: DashboardParams, s: _Sel) -> list[Panel]:
     keys = (p.namespace_label, p.pod_label, "model_name", "engine")
+    by = (p.namespace_label, "model_name")
+    # kvcache_suggested_replicas is present only with a shortfall; a pod without one needs no more than itself
+    replicas = (
+        f"max {_by(*keys)} (kvcache_suggested_replicas{s.engine()})\n"
+        f"or max {_by(*keys)} (kvcache_recommendation_info{s.engine()})"
+    )
     return [
         Table(
             "Recommendation per pod",
-            "The sidecar's current top recommendation for each engine (kvcache_recommendation_info) and the "
-            "gpu_memory_utilization it suggests. Apply it on the next change window; reasons: docs/forecast.md.",
+            "The sidecar's current top recommendation for each engine (kvcache_recommendation_info), the "
+            "gpu_memory_utilization it suggests and the replicas its own peak needs at the largest pool "
+            "(kvcache_suggested_replicas, 1 without a shortfall): a workload needs the sum over its pods. "
+            "Apply it on the next change window; reasons: docs/forecast.md.",
             [
                 Q(f"max {_by(*keys, 'action', 'reason')} (kvcache_recommendation_info{s.engine()})"),
                 Q(f"max {_by(*keys)} (kvcache_suggested_gpu_memory_utilization{s.engine()})"),
+                Q(replicas),
             ],
             {
                 p.namespace_label: "Namespace",
@@ -623,9 +675,80 @@ def _fleet_change(p: DashboardParams, s: _Sel) -> list[Panel]:
                 "action": "Action",
                 "reason": "Reason",
                 "Value #B": "Suggested gpu_memory_utilization",
+                "Value #C": "Replicas this pod's peak needs",
             },
-            units={"Suggested gpu_memory_utilization": "percentunit"},
+            units={"Suggested gpu_memory_utilization": "percentunit", "Replicas this pod's peak needs": "none"},
+            styles={"Action": _mapped(_enum_text(ACTION_TEXT)), "Reason": _mapped(_enum_text(REASON_TEXT))},
             w=24,
+        ),
+        Table(
+            "Replicas per workload",
+            "Per namespace and model: the pods running now and the replicas the pods' peaks need at the largest "
+            "allowed pool, the sum of kvcache_suggested_replicas over the pods (1 for a pod without a shortfall). "
+            "More needed than running: scale the Deployment, or apply the fp8 KV cache first when it is advised.",
+            [
+                Q(f"count {_by(*by)} (kvcache_recommendation_info{s.engine()})"),
+                Q(f"sum {_by(*by)} ({replicas})"),
+            ],
+            {
+                p.namespace_label: "Namespace",
+                "model_name": "Model",
+                "Value #A": "Pods running",
+                "Value #B": "Replicas needed",
+            },
+            units={"Pods running": "none", "Replicas needed": "none"},
+            w=24,
+            h=6,
+        ),
+    ]
+
+
+def _fleet_users(p: DashboardParams, s: _Sel) -> list[Panel]:
+    """TTFT p95, requests waiting, preemptions and the error share per model, from vLLM's own series."""
+    by = (p.namespace_label, "model_name")
+    model = _legend(*by)
+    ttft = f"rate(vllm:time_to_first_token_seconds_bucket{s.engine()}[$__rate_interval])"
+    finished = f"rate(vllm:request_success_total{s.engine()}[$__rate_interval])"
+    failed_sel = s.engine('finished_reason=~"error|abort"')
+    failed = f"rate(vllm:request_success_total{failed_sel}[$__rate_interval])"
+    return [
+        Graph(
+            "Time to first token p95 by model",
+            "What users wait before the first token (vllm:time_to_first_token_seconds, 95th percentile over the "
+            "model's pods). Rising with KV usage: requests queue for blocks; see the rows above.",
+            "s",
+            [Q(f"histogram_quantile(0.95, sum {_by(*by, 'le')} ({ttft}))", model)],
+            w=6,
+            min=0,
+        ),
+        Graph(
+            "Requests waiting by model",
+            "Requests vLLM holds in its queue (vllm:num_requests_waiting), summed over the model's pods. Waiting "
+            "while usage is above the watermark is KV pressure.",
+            "short",
+            [Q(f"sum {_by(*by)} (vllm:num_requests_waiting{s.engine()})", model)],
+            w=6,
+            axis_label="requests",
+            min=0,
+        ),
+        Graph(
+            "Preemptions by model (vLLM)",
+            "Requests vLLM preempted (vllm:num_preemptions_total) per second: each one recomputes its prompt, so "
+            "users see a stall. Any sustained rate: see What to change.",
+            "short",
+            [Q(f"sum {_by(*by)} (rate(vllm:num_preemptions_total{s.engine()}[$__rate_interval]))", model)],
+            w=6,
+            axis_label="preemptions/s",
+            min=0,
+        ),
+        Graph(
+            "Failed requests by model",
+            "Share of finished requests that ended in error or were aborted (vllm:request_success_total by "
+            "finished_reason). Aborts include clients that gave up waiting.",
+            "percentunit",
+            [Q(f"sum {_by(*by)} ({failed})\n/\nsum {_by(*by)} ({finished})", model)],
+            w=6,
+            min=0,
         ),
     ]
 
@@ -636,6 +759,7 @@ def _fleet(p: DashboardParams, s: _Sel) -> Rows:
         (ROW_TITLES[1], _fleet_tokens(p, s)),
         (ROW_TITLES[2], _fleet_preempting(p, s)),
         (ROW_TITLES[3], _fleet_change(p, s)),
+        (USERS_ROW_TITLE, _fleet_users(p, s)),
     ]
 
 
@@ -658,10 +782,11 @@ def _latency(s: _Sel) -> Graph:
         "Latency p95 (vLLM)",
         "What users feel, from vLLM's own histograms over the selected pods: time to first token and inter-token "
         "latency, 95th percentile. Rising with usage near the watermark: requests queue for KV; see the preemption "
-        "row.",
+        "row. Inter-token latency is on the right-hand axis: it is about a hundredth of the time to first token.",
         "s",
         [Q(p95(ttft), "time to first token p95"), Q(p95(itl), "inter-token latency p95")],
         min=0,
+        right_axis=("inter-token latency p95",),
     )
 
 
@@ -703,14 +828,17 @@ def _pod_fill(p: DashboardParams, s: _Sel) -> list[Panel]:
         ),
         Graph(
             "Time until full and until the watermark",
-            f"At the current fill trend, the time until the cache is full and until the paging watermark (capped at "
-            f"{cap // 3600} h: a line at the top is not filling). Below {p.full_soon_within}: KVCacheFullSoon.",
+            f"At the current fill trend, the time until the cache is full and until the paging watermark, on a log "
+            f"axis from 1 min to {cap // 3600} h (a line at the top is not filling). Below {p.full_soon_within}: "
+            "KVCacheFullSoon.",
             "s",
             [
-                Q(f"clamp_max(kvcache_time_until_full_seconds{s.engine()}, {cap})", f"until full {engine}"),
-                Q(f"clamp_max(kvcache_time_until_watermark_seconds{s.engine()}, {cap})", f"until watermark {engine}"),
+                Q(_until(f"kvcache_time_until_full_seconds{s.engine()}"), f"until full {engine}"),
+                Q(_until(f"kvcache_time_until_watermark_seconds{s.engine()}"), f"until watermark {engine}"),
             ],
-            min=0,
+            min=TIME_UNTIL_GRAPH_FLOOR_S,
+            max=cap,
+            log_scale=True,
             thresholds=_steps((None, "red"), (prometheus_duration_seconds(p.full_soon_within), "transparent")),
             runbook=_runbook(p, "KVCacheFullSoon"),
         ),
@@ -794,7 +922,7 @@ def _pod_preempting(p: DashboardParams, s: _Sel) -> list[Panel]:
             "Preemptions per second",
             "Requests preempted for lack of KV blocks, per second. Sustained above 0: the pool is too small for the "
             "load; see What to change.",
-            "reqps",
+            "short",
             [
                 Q(
                     f"sum {_by(p.namespace_label, p.pod_label, 'model_name', 'engine')} "
@@ -803,6 +931,7 @@ def _pod_preempting(p: DashboardParams, s: _Sel) -> list[Panel]:
                 )
             ],
             w=8,
+            axis_label="preemptions/s",
             min=0,
             runbook=_runbook(p, "KVCachePreemptions"),
         ),
@@ -849,6 +978,7 @@ def _pod_change(p: DashboardParams, s: _Sel) -> list[Panel]:
             "change window; what each reason means: docs/forecast.md.",
             [Q(f"max {_by(*keys, 'action', 'reason')} (kvcache_recommendation_info{s.engine()})")],
             {p.pod_label: "Pod", "model_name": "Model", "engine": "Engine", "action": "Action", "reason": "Reason"},
+            styles={"Action": _mapped(_enum_text(ACTION_TEXT)), "Reason": _mapped(_enum_text(REASON_TEXT))},
         ),
     ]
 
@@ -1119,16 +1249,17 @@ def _capacity(p: DashboardParams, s: _Sel) -> Rows:
 
 
 def _variables(p: DashboardParams) -> list[Any]:
-    """The data source, then namespace -> model_name -> pod, each filtered by the ones before."""
+    """The data source, then cluster -> namespace -> model_name -> pod, each filtered by the ones before.
+
+    Where no series has a cluster label the cluster variable has no value but "All" (``.*``), which
+    matches series without the label: every dashboard works as if it had no such variable."""
+    cluster = f'{p.cluster_label}=~"${VAR_CLUSTER}"'
+    namespace = f'{cluster}, {p.namespace_label}=~"${VAR_NAMESPACE}"'
     chain = [
-        (VAR_NAMESPACE, "Namespace", p.namespace_label, "kvcache_usage_ratio"),
-        (VAR_MODEL_NAME, "Model", "model_name", f'kvcache_usage_ratio{{{p.namespace_label}=~"${VAR_NAMESPACE}"}}'),
-        (
-            VAR_POD,
-            "Pod",
-            p.pod_label,
-            f'kvcache_usage_ratio{{{p.namespace_label}=~"${VAR_NAMESPACE}", model_name=~"${VAR_MODEL_NAME}"}}',
-        ),
+        (VAR_CLUSTER, "Cluster", p.cluster_label, "kvcache_usage_ratio"),
+        (VAR_NAMESPACE, "Namespace", p.namespace_label, f"kvcache_usage_ratio{{{cluster}}}"),
+        (VAR_MODEL_NAME, "Model", "model_name", f"kvcache_usage_ratio{{{namespace}}}"),
+        (VAR_POD, "Pod", p.pod_label, f'kvcache_usage_ratio{{{namespace}, model_name=~"${VAR_MODEL_NAME}"}}'),
     ]
     out: list[Any] = [db.DatasourceVariable(VAR_DATASOURCE).label("Data source").type("prometheus")]
     for name, label, source_label, series in chain:
@@ -1303,7 +1434,7 @@ def _build(spec: _Spec, p: DashboardParams, s: _Sel) -> dict[str, Any]:
 def build_dashboards(params: DashboardParams | None = None) -> dict[str, dict[str, Any]]:
     """uid -> the dashboard's JSON mapping (classic Grafana 11.6 schema), for these parameters."""
     p = params or DashboardParams()
-    s = _Sel(p.namespace_label, p.pod_label)
+    s = _Sel(p.namespace_label, p.pod_label, p.cluster_label)
     return {spec.uid: _build(spec, p, s) for spec in _specs(p, s)}
 
 

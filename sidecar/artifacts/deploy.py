@@ -3,20 +3,26 @@
 What is generated, so that it cannot drift from the package (``make generate`` writes it,
 ``tests/test_artifacts.py`` keeps it equal, ``tests/deploy/`` renders and validates the whole tree):
 
-- ``components/kv-cache-sidecar/`` and ``components/legacy-sidecar/``: the patch that adds the sidecar
-  to a vLLM Deployment (:func:`sidecar.artifacts.kubernetes.sidecar_patch`, the image tagged with the
-  package version) and the sidecar's ConfigMap (:func:`sidecar_config_text`: vLLM on
-  ``127.0.0.1:8000``, the model directory the patch mounts, the thresholds);
+- ``components/<name>/`` from :data:`COMPONENTS`: the patch that adds the sidecar to a vLLM workload
+  (:func:`sidecar.artifacts.kubernetes.sidecar_patch`, the image tagged with the package version) and
+  that workload's own ConfigMap (:func:`sidecar_config_text`: vLLM on ``127.0.0.1:8000``, the volume
+  holding the model, the thresholds); ``components/network-policy/``'s opt-in NetworkPolicy;
+- ``examples/two-deployments/``: two vLLM Deployments in one namespace, each with its sidecar and its
+  ConfigMap; ``examples/leaderworkerset/`` and ``examples/kserve/``: the JSON patch of the leader or predictor pod,
+  its ConfigMap and kustomization;
 - ``base/prometheusrule.yaml`` (``kv-sidecar rules render --format prometheusrule``) and
   ``base/report.yaml`` (the weekly report's CronJob and its ConfigMap);
 - ``overlays/<name>/kustomization.yaml`` from :data:`OVERLAYS` (namespace, the kube-prometheus-stack
-  ``release`` label, the image tag) and, for an overlay whose thresholds are not the defaults, its
-  ``thresholds/`` patches: the sidecar's and the report's configuration, the PrometheusRule and the
-  dashboards, all rendered with the overlay's thresholds (the page, the headroom gauges, the report and
-  the dashboards' bands read the same numbers).
+  ``release`` label, the image tag), its ``prometheusrule.yaml`` (the rules of its namespace only, with
+  its thresholds) and, for an overlay whose thresholds are not the defaults, its ``thresholds/``
+  patches: the sidecar's and the report's configuration and the dashboards, all rendered with the
+  overlay's thresholds (the page, the headroom gauges, the report and the dashboards' bands read the
+  same numbers).
 
 The rest of ``deploy/`` is written by hand (the kustomizations of the base and the components, the
-example vLLM Deployment, the PodMonitor, the NetworkPolicy, the KEDA example). Pure: texts; the
+example vLLM Deployment in ``examples/vllm/``, the example LeaderWorkerSet and InferenceService, the
+PodMonitor, the KEDA example). The base, which the
+overlays apply, is the monitoring only: nothing in it runs vLLM or patches a workload. Pure: texts; the
 dashboards need the ``dashboards`` extra, imported when their text is asked for.
 """
 
@@ -35,9 +41,19 @@ from .files import dump_yaml
 from .kubernetes import (
     CONFIG_DIR,
     CONFIG_KEY,
+    EXAMPLE_MODEL_VOLUME,
+    EXAMPLE_WORKLOAD,
     IMAGE_REPOSITORY,
+    KSERVE_API_VERSION,
+    KSERVE_PORT,
+    LWS_API_VERSION,
     METRICS_PORT,
     MODEL_MOUNT,
+    REPORT_IMAGE_REPOSITORY,
+    config_map_name,
+    leader_sidecar_patch,
+    network_policy,
+    predictor_sidecar_patch,
     report_config_map,
     report_cronjob,
     sidecar_config_map,
@@ -47,9 +63,46 @@ from .params import RuleParams, Thresholds
 from .rules import render
 
 DEPLOY = "deploy"
-NATIVE_COMPONENT = f"{DEPLOY}/components/kv-cache-sidecar"
-LEGACY_COMPONENT = f"{DEPLOY}/components/legacy-sidecar"
 BASE = f"{DEPLOY}/base"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One ``components/<name>/``: the sidecar patch for one kind of workload, plain or native."""
+
+    name: str
+    kind: str
+    native: bool
+    about: str
+
+    @property
+    def path(self) -> str:
+        return f"{DEPLOY}/components/{self.name}"
+
+
+#: The sidecar's components. The default is a plain container of a Deployment (docs/kubernetes.md, "Never
+#: gate vLLM", says why not a native sidecar); StatefulSets (and a LeaderWorkerSet's leader template, through
+#: the patch in docs/kubernetes.md) take the same container.
+COMPONENTS = (
+    Component("kv-cache-sidecar", "Deployment", False, "as a plain second container of a vLLM Deployment"),
+    Component("statefulset", "StatefulSet", False, "as a plain second container of a vLLM StatefulSet"),
+    Component(
+        "native-sidecar",
+        "Deployment",
+        True,
+        "as a native sidecar of a vLLM Deployment (Kubernetes 1.29+; opt-in: vLLM waits for its image)",
+    ),
+)
+NETWORK_POLICY = f"{DEPLOY}/components/network-policy/networkpolicy.yaml"
+TWO_DEPLOYMENTS = f"{DEPLOY}/examples/two-deployments"
+#: The two Deployments of examples/two-deployments: name -> (model directory, tensor-parallel size).
+TWO = {"vllm-chat": 1, "vllm-code": 2}
+LEADER_WORKER_SET = f"{DEPLOY}/examples/leaderworkerset"
+#: The example LeaderWorkerSet (vLLM's docs, deployment/frameworks/lws.md): name, tensor- and pipeline-parallel size.
+LWS_EXAMPLE = ("vllm-multinode", 8, 2)
+KSERVE = f"{DEPLOY}/examples/kserve"
+#: The example InferenceService's name; its model server answers on KSERVE_PORT.
+KSERVE_EXAMPLE = "llama-3-1-8b"
 #: The Prometheus of kube-prometheus-stack (and of any prometheus-operator install): the operator's
 #: governing Service ``prometheus-operated``, whatever the Helm release is called.
 PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
@@ -81,8 +134,8 @@ class Overlay:
         return self.thresholds != Thresholds()
 
 
-#: The overlays of ``deploy/overlays/``. Production pages earlier than the defaults (at 85 % for 5m
-#: instead of 90 %): a page there has users behind it, and the on-call engineer gets more lead time.
+#: The overlays of ``deploy/overlays/``. Production pages earlier than the defaults (when the peaks keep
+#: reaching 85 % instead of 90 %): a page there has users behind it, and the on-call engineer gets more lead time.
 OVERLAYS = (
     Overlay("dev", "llm-dev", "a development cluster: the default thresholds"),
     Overlay(
@@ -117,7 +170,7 @@ def _thresholds_lines(th: Thresholds) -> list[str]:
     ]
 
 
-def sidecar_config_text(th: Thresholds) -> str:
+def sidecar_config_text(th: Thresholds, tp: int = 1, pp: int = 1, target: str = DEFAULT_TARGET) -> str:
     """The configuration of the sidecar in each vLLM pod; every other setting keeps its default."""
     return "\n".join(
         [
@@ -127,11 +180,15 @@ def sidecar_config_text(th: Thresholds) -> str:
             "web:",
             _line("  ", "listen_address", f":{METRICS_PORT}", setting("web.listen_address").help),
             "targets:",
-            f"{'  - url: ' + DEFAULT_TARGET:<40} # vLLM in the same pod (change the port if vLLM's --port is not 8000)",
+            f"{'  - url: ' + target:<40} # vLLM in the same pod (change the port if vLLM's --port is not 8000)",
             "model:",
-            _line("  ", "config", MODEL_MOUNT, "the model directory vLLM serves, mounted read-only by the patch"),
-            _line("  ", "tensor_parallel_size", 1, "vLLM's --tensor-parallel-size (set it when vLLM shards the model)"),
-            _line("  ", "pipeline_parallel_size", 1, "vLLM's --pipeline-parallel-size"),
+            _line(
+                "  ", "config", MODEL_MOUNT, "the volume holding the model (a model directory or HF_HOME), read-only"
+            ),
+            _line(
+                "  ", "tensor_parallel_size", tp, "vLLM's --tensor-parallel-size (set it when vLLM shards the model)"
+            ),
+            _line("  ", "pipeline_parallel_size", pp, "vLLM's --pipeline-parallel-size"),
             *_thresholds_lines(th),
             "",
         ]
@@ -155,17 +212,16 @@ def report_config_text(th: Thresholds) -> str:
 
 
 _PATCH_NOTE = """\
-# The patch that adds kv-cache-sidecar to a vLLM Deployment {how}.
+# The patch that adds kv-cache-sidecar to a vLLM {kind} {how}.
 # Generated by `make generate` (sidecar/artifacts/kubernetes.py); in this repository change the generator.
-# In your copy, edit the three values marked (1), (2), (3):
-#   (1) metadata.name: the name of your vLLM Deployment;
-#   (2) the volume of your pod that holds the model vLLM serves (the name under spec.template.spec.volumes);
-#   (3) the model's directory inside that volume: the folder holding config.json ("" for the volume's root).
-{legacy}"""
+# In your copy, edit the values marked (1), (2), (3):
+#   (1) your vLLM {kind}'s name (metadata.name), and the ConfigMap named after it (configmap.yaml too);
+#   (2) the volume of your pod that holds the model vLLM serves (a model directory, or HF_HOME for
+#       `vllm serve org/name`: the sidecar finds the served model in the Hugging Face cache);
+{third}"""
 
-_LEGACY_NOTE = """\
-#   (4) legacy only: your vLLM container's name, which `kubectl logs`/`exec` then pick without -c.
-"""
+_THIRD_PLAIN = "#   (3) your vLLM container's name, which `kubectl logs`/`exec` then pick without -c.\n"
+_THIRD_NATIVE = "#   (3) nothing else: a native sidecar is not what `kubectl logs`/`exec` pick.\n"
 
 
 def _mark(text: str, marks: dict[str, str]) -> str:
@@ -179,26 +235,142 @@ def _mark(text: str, marks: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sidecar_patch_text(native: bool, tag: str = __version__) -> str:
-    """The component's patch, with the values to edit marked."""
-    patch = sidecar_patch(tag, native=native)
+def sidecar_patch_text(component: Component, tag: str = __version__, workload: str = EXAMPLE_WORKLOAD) -> str:
+    """A component's patch, with the values to edit marked."""
+    patch = sidecar_patch(tag, native=component.native, kind=component.kind, workload=workload)
     pod = patch["spec"]["template"]["spec"]
-    mount = (pod["initContainers"] if native else pod["containers"])[0]["volumeMounts"][1]
+    mount = (pod["initContainers"] if component.native else pod["containers"])[0]["volumeMounts"][1]
     marks = {
-        f"name: {patch['metadata']['name']}": "(1) your vLLM Deployment",
+        f"name: {patch['metadata']['name']}": f"(1) your vLLM {component.kind}",
+        f"name: {pod['volumes'][0]['configMap']['name']}": "(1) kv-cache-sidecar-<your workload>",
         f"- name: {mount['name']}": "(2) the volume holding the model",
-        f"subPath: {mount['subPath']}": "(3) the model's directory in that volume",
     }
-    if not native:
+    if not component.native:
         default = patch["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"]
-        marks[f"kubectl.kubernetes.io/default-container: {default}"] = "(4) your vLLM container"
-    how = "as a native sidecar (Kubernetes 1.29+)" if native else "as a plain container (before 1.29)"
-    note = _PATCH_NOTE.format(how=how, legacy="" if native else _LEGACY_NOTE)
+        marks[f"kubectl.kubernetes.io/default-container: {default}"] = "(3) your vLLM container"
+    how = "as a native sidecar (Kubernetes 1.29+)" if component.native else "as a plain second container"
+    note = _PATCH_NOTE.format(kind=component.kind, how=how, third=_THIRD_NATIVE if component.native else _THIRD_PLAIN)
     return note + _mark(dump_yaml(patch), marks)
 
 
-def sidecar_config_map_text(th: Thresholds | None = None) -> str:
-    return _HEADER + dump_yaml(sidecar_config_map(sidecar_config_text(th or Thresholds())))
+def sidecar_config_map_text(
+    th: Thresholds | None = None,
+    workload: str = EXAMPLE_WORKLOAD,
+    tp: int = 1,
+    pp: int = 1,
+    target: str = DEFAULT_TARGET,
+) -> str:
+    """The ConfigMap of ``workload``'s sidecars: ``kv-cache-sidecar-<workload>`` (rename it with the workload)."""
+    text = sidecar_config_text(th or Thresholds(), tp, pp, target)
+    return _HEADER + dump_yaml(sidecar_config_map(text, workload))
+
+
+def network_policy_text() -> str:
+    return _HEADER + dump_yaml(network_policy())
+
+
+def two_deployments_text() -> str:
+    """``examples/two-deployments/kustomization.yaml``: each Deployment its patch and its ConfigMap."""
+    lines = [
+        "# Two vLLM Deployments in one namespace, each with its sidecar and its own ConfigMap",
+        "# (kv-cache-sidecar-<Deployment>: another model, another tensor-parallel size).",
+        "# Generated by `make generate` (TWO in sidecar/artifacts/deploy.py); do not edit by hand.",
+        "apiVersion: kustomize.config.k8s.io/v1beta1",
+        "kind: Kustomization",
+        "resources:",
+        "  - deployments.yaml",
+        *(f"  - configmap-{name}.yaml" for name in TWO),
+        "patches:",
+        *(f"  - path: sidecar-{name}.yaml" for name in TWO),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+_JSON_PATCH_NOTE = """\
+# The JSON patch (RFC 6902) that adds kv-cache-sidecar to {where}.
+# Generated by `make generate` (sidecar/artifacts/kubernetes.py); in this repository change the generator.
+# In your copy, edit the values marked (1), (2), and the target's name in kustomization.yaml:
+#   (1) the ConfigMap named after your {kind} (configmap.yaml too);
+#   (2) the volume of {pod} that holds the model vLLM serves (a model directory, or HF_HOME).
+# {requires} Without kustomize:
+#   kubectl patch {resource} NAME --type json --patch-file sidecar.yaml
+"""
+
+
+def _json_patch_text(ops: list[dict[str, Any]], workload: str, **note: str) -> str:
+    marks = {
+        f"name: {config_map_name(workload)}": f"(1) kv-cache-sidecar-<your {note['kind']}>",
+        f"- name: {EXAMPLE_MODEL_VOLUME}": "(2) the volume holding the model",
+    }
+    return _JSON_PATCH_NOTE.format(**note) + _mark(dump_yaml(ops), marks)
+
+
+def leader_patch_text(tag: str = __version__) -> str:
+    """``examples/leaderworkerset/sidecar.yaml``: the sidecar in the leader template, values to edit marked."""
+    return _json_patch_text(
+        leader_sidecar_patch(tag, workload=LWS_EXAMPLE[0]),
+        LWS_EXAMPLE[0],
+        where="the leader pod of a vLLM LeaderWorkerSet only:\n"
+        "# the leader serves vLLM's API and /metrics for the group, the workers have none",
+        kind="LeaderWorkerSet",
+        pod="your leader pod",
+        requires="The leader template must have metadata.labels and spec.volumes.",
+        resource="leaderworkerset",
+    )
+
+
+def predictor_patch_text(tag: str = __version__) -> str:
+    """``examples/kserve/sidecar.yaml``: the sidecar in a KServe InferenceService's predictor pod."""
+    return _json_patch_text(
+        predictor_sidecar_patch(tag, workload=KSERVE_EXAMPLE),
+        KSERVE_EXAMPLE,
+        where="the predictor pod of a KServe InferenceService\n"
+        "# (serving.kserve.io/v1beta1) whose model server is `model:` (the huggingface runtime's vLLM)",
+        kind="InferenceService",
+        pod="your predictor",
+        requires="The predictor must have labels and volumes, and no containers of its own.",
+        resource="inferenceservice",
+    )
+
+
+def _custom_kustomization(intro: list[str], resource: str, api_version: str, kind: str, name: str) -> str:
+    group, version = api_version.split("/")
+    lines = [
+        *intro,
+        "apiVersion: kustomize.config.k8s.io/v1beta1",
+        "kind: Kustomization",
+        "resources:",
+        f"  - {resource}",
+        "  - configmap.yaml",
+        "patches:",
+        "  - path: sidecar.yaml",
+        "    target:",
+        f"      group: {group}",
+        f"      version: {version}",
+        f"      kind: {kind}",
+        f"      name: {name}  # your {kind}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def leader_kustomization_text() -> str:
+    """``examples/leaderworkerset/kustomization.yaml``: the example, its ConfigMap, the leader's patch."""
+    intro = [
+        "# An example multi-node vLLM LeaderWorkerSet (lws.yaml; needs the LeaderWorkerSet controller) with",
+        "# kv-cache-sidecar in its leader pod and the leader's own ConfigMap. An example only: nothing the",
+        "# README applies includes it. Generated by `make generate` (sidecar/artifacts/deploy.py).",
+    ]
+    return _custom_kustomization(intro, "lws.yaml", LWS_API_VERSION, "LeaderWorkerSet", LWS_EXAMPLE[0])
+
+
+def kserve_kustomization_text() -> str:
+    """``examples/kserve/kustomization.yaml``: the example, its ConfigMap, the predictor's patch."""
+    intro = [
+        "# An example KServe InferenceService (inferenceservice.yaml; needs KServe) with kv-cache-sidecar in its",
+        "# predictor pod and its own ConfigMap. An example only: nothing the README applies includes it.",
+        "# Generated by `make generate` (sidecar/artifacts/deploy.py).",
+    ]
+    return _custom_kustomization(intro, "inferenceservice.yaml", KSERVE_API_VERSION, "InferenceService", KSERVE_EXAMPLE)
 
 
 def report_text(tag: str = __version__) -> str:
@@ -211,9 +383,11 @@ def report_config_map_text(th: Thresholds) -> str:
     return _HEADER + dump_yaml(report_config_map(report_config_text(th), PROMETHEUS_URL))
 
 
-def prometheus_rule_text(th: Thresholds | None = None) -> str:
-    """What ``kv-sidecar rules render --format prometheusrule`` writes for these thresholds."""
-    return render(th or Thresholds(), RuleParams(), fmt="prometheusrule")
+def prometheus_rule_text(th: Thresholds | None = None, namespace: str | None = None) -> str:
+    """What ``kv-sidecar rules render --format prometheusrule [--alerts.namespace NS]`` writes for these
+    thresholds: with a namespace, every rule reads that namespace only, so that two overlays in one
+    Prometheus never alert or record twice."""
+    return render(th or Thresholds(), RuleParams(namespace=namespace), fmt="prometheusrule")
 
 
 def dashboards_text(th: Thresholds) -> str:
@@ -227,9 +401,7 @@ def dashboards_text(th: Thresholds) -> str:
 
 #: An overlay's threshold patches: file name under ``thresholds/`` -> its text for the thresholds.
 THRESHOLD_PATCHES: dict[str, Callable[[Thresholds], str]] = {
-    "sidecar-config.yaml": sidecar_config_map_text,
     "report-config.yaml": report_config_map_text,
-    "prometheusrule.yaml": prometheus_rule_text,
     "dashboards.yaml": dashboards_text,
 }
 
@@ -259,8 +431,11 @@ def overlay_kustomization(overlay: Overlay) -> str:
         "resources:",
         "  - ../../base",
         "images:",
-        "  # The sidecar's and the report's image. In production, pin its digest too (digest: sha256:...).",
+        "  # The report's image (and the sidecar's, for the components you add). In production, pin digests",
+        "  # too (digest: sha256:...).",
         f"  - name: {IMAGE_REPOSITORY}",
+        f"    newTag: {_scalar(overlay.tag)}",
+        f"  - name: {REPORT_IMAGE_REPOSITORY}",
         f"    newTag: {_scalar(overlay.tag)}",
         "patches:",
         "  # kube-prometheus-stack's Prometheus selects PodMonitors and PrometheusRules by the label",
@@ -268,12 +443,17 @@ def overlay_kustomization(overlay: Overlay) -> str:
         "  # without it both are applied and silently never used. Set your release's name (helm list -A).",
         *_release_patch("PodMonitor", overlay.release),
         *_release_patch("PrometheusRule", overlay.release),
+        "  # The alert and recording rules of this namespace only (alerts.namespace), with its thresholds: two",
+        "  # overlays in one Prometheus never alert or record twice (`make generate`; for yours: kv-sidecar",
+        f"  # rules render --format prometheusrule --alerts.namespace {overlay.namespace} --config.file ...).",
+        "  - path: prometheusrule.yaml",
     ]
     if overlay.own_thresholds:
         lines += [
             f"  # Its own thresholds (watermark {th.watermark}, warning {th.warning}, target_usage {th.target_usage}):",
-            "  # the sidecar's and the report's configuration, the alert rules and the dashboards, each rendered",
-            "  # with them (`make generate`; for yours: kv-sidecar rules render / dashboards render --config.file).",
+            "  # the report's configuration, the alert rules and the dashboards, each rendered with them (`make",
+            "  # generate`; for yours: kv-sidecar rules render / dashboards render --config.file). Give your",
+            "  # sidecars' ConfigMaps the same thresholds (docs/kubernetes.md).",
             *(f"  - path: thresholds/{name}" for name in THRESHOLD_PATCHES),
         ]
     return "\n".join(lines) + "\n"
@@ -282,13 +462,49 @@ def overlay_kustomization(overlay: Overlay) -> str:
 def generated() -> Iterator[tuple[str, Callable[[], str], str]]:
     """(path, function giving its text, what it is generated from) for every generated file of deploy/."""
     kube = "sidecar/artifacts/kubernetes.py"
-    for component, native in ((NATIVE_COMPONENT, True), (LEGACY_COMPONENT, False)):
-        yield f"{component}/sidecar.yaml", partial(sidecar_patch_text, native), kube
-        yield f"{component}/configmap.yaml", sidecar_config_map_text, "sidecar/artifacts/deploy.py"
+    for component in COMPONENTS:
+        yield f"{component.path}/sidecar.yaml", partial(sidecar_patch_text, component), kube
+        yield f"{component.path}/configmap.yaml", sidecar_config_map_text, "sidecar/artifacts/deploy.py"
+    yield NETWORK_POLICY, network_policy_text, kube
+    yield f"{TWO_DEPLOYMENTS}/kustomization.yaml", two_deployments_text, "TWO in sidecar/artifacts/deploy.py"
+    for name, tp in TWO.items():
+        yield (
+            f"{TWO_DEPLOYMENTS}/sidecar-{name}.yaml",
+            partial(sidecar_patch_text, COMPONENTS[0], workload=name),
+            kube,
+        )
+        yield (
+            f"{TWO_DEPLOYMENTS}/configmap-{name}.yaml",
+            partial(sidecar_config_map_text, None, name, tp),
+            "TWO in sidecar/artifacts/deploy.py",
+        )
+    yield (
+        f"{LEADER_WORKER_SET}/kustomization.yaml",
+        leader_kustomization_text,
+        "LWS_EXAMPLE in sidecar/artifacts/deploy.py",
+    )
+    yield f"{LEADER_WORKER_SET}/sidecar.yaml", leader_patch_text, kube
+    yield (
+        f"{LEADER_WORKER_SET}/configmap.yaml",
+        partial(sidecar_config_map_text, None, LWS_EXAMPLE[0], LWS_EXAMPLE[1], LWS_EXAMPLE[2]),
+        "LWS_EXAMPLE in sidecar/artifacts/deploy.py",
+    )
+    yield f"{KSERVE}/kustomization.yaml", kserve_kustomization_text, "KSERVE_EXAMPLE in sidecar/artifacts/deploy.py"
+    yield f"{KSERVE}/sidecar.yaml", predictor_patch_text, kube
+    yield (
+        f"{KSERVE}/configmap.yaml",
+        partial(sidecar_config_map_text, None, KSERVE_EXAMPLE, target=f"http://127.0.0.1:{KSERVE_PORT}/metrics"),
+        "KSERVE_EXAMPLE in sidecar/artifacts/deploy.py",
+    )
     yield f"{BASE}/prometheusrule.yaml", prometheus_rule_text, "sidecar/artifacts/rules.py with the default thresholds"
     yield f"{BASE}/report.yaml", report_text, kube
     for overlay in OVERLAYS:
         yield f"{overlay.path}/kustomization.yaml", partial(overlay_kustomization, overlay), "OVERLAYS"
+        yield (
+            f"{overlay.path}/prometheusrule.yaml",
+            partial(prometheus_rule_text, overlay.thresholds, overlay.namespace),
+            f"the {overlay.name} overlay's namespace and thresholds (OVERLAYS in sidecar/artifacts/deploy.py)",
+        )
         if overlay.own_thresholds:
             for name, make in THRESHOLD_PATCHES.items():
                 source = f"the {overlay.name} overlay's thresholds (OVERLAYS in sidecar/artifacts/deploy.py)"

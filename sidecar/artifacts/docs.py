@@ -153,7 +153,10 @@ def configuration_page() -> str:
             "Precedence: command-line flag > `KV_SIDECAR_*` environment variable > file > default. The whole "
             "configuration is validated before anything is served and every problem is reported at once, each "
             "naming the field and the fix (the model's shape included: a tensor-parallel size that does not divide "
-            "its heads); the exit code is then 2. `kv-sidecar check-config FILE` only validates. Durations are "
+            "its heads). Bad flags or environment exit 2; a bad file does not stop `run`, which serves its built-in "
+            "configuration and says so (`kvcache_sidecar_config_last_reload_successful` 0, one log line) until the "
+            'file is fixed (docs/kubernetes.md, "Never gate vLLM"). `kv-sidecar check-config FILE` only '
+            "validates, and exits 2 on a bad file; a `model.config` not there yet passes with a note. Durations are "
             "written `500ms`, `5s`, `1m30s`, `1h`; sizes `16MiB` (2^20) or `16MB` (10^6)."
         ),
         "",

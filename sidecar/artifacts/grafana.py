@@ -26,6 +26,12 @@ history and ``ps``); it is sent as ``Authorization: Bearer …`` and never print
 line ``kv-sidecar dashboards push: <reason>`` that names where the token came from, not the token.
 Exit codes: 0 done, 1 Grafana refused or could not be reached, 2 usage or configuration error.
 
+What an answer may do is bounded (:func:`_guard`): each request has ``--timeout`` seconds in all,
+however slowly Grafana (or what answers in its place) sends, connect and whole body included (a
+``SIGALRM`` timer, the command running in the main thread); a body over :data:`MAX_ANSWER_BYTES` is
+refused while it is read; a redirect to another origin (scheme, host, port) is not followed unless
+``--follow-redirects`` asks for it, so the dashboards never go where the token does not.
+
 ``grafana_client`` (the ``dashboards`` extra) is imported inside the functions that talk to Grafana,
 so the sidecar runs without it. It sends its requests with ``niquests``: a refused connection leaves it
 as ``niquests.exceptions.ConnectionError``, a timeout as ``GrafanaTimeoutError``.
@@ -34,17 +40,20 @@ as ``niquests.exceptions.ConnectionError``, a timeout as ``GrafanaTimeoutError``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from ..files import TOKEN_MAX_BYTES, FileProblem, read_text
 from .params import DASHBOARD_FOLDER_TITLE, DASHBOARD_FOLDER_UID
@@ -60,6 +69,8 @@ BOOKKEEPING_KEYS = frozenset({"id", "version", "iteration"})
 #: Grafana's rule for uids (``util.IsValidShortUID``, at most 40 characters).
 UID_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,40}$")
 SAVE_MESSAGE = "kv-sidecar dashboards push"
+#: The largest answer read from Grafana: the largest dashboard JSON is a few hundred KiB.
+MAX_ANSWER_BYTES = 32 << 20
 #: What a token may hold: printable ASCII, no space (an HTTP header value; Grafana's tokens are ``glsa_...``).
 TOKEN_PATTERN = re.compile(r"^[!-~]+$")
 
@@ -277,6 +288,7 @@ class Target:
     timeout: float
     verify: bool = True
     org_id: int | None = None
+    follow_redirects: bool = False  # to another origin; within Grafana's own origin they are followed
 
 
 def read_token(token_file: str | None, environ: Mapping[str, str]) -> tuple[str, str]:
@@ -331,7 +343,7 @@ def connect(target: Target) -> Any:
     parts = urlsplit(target.url)
     host = parts.hostname or ""
     prefix = parts.path.strip("/")
-    return GrafanaApi(
+    kwargs: dict[str, Any] = dict(
         auth=target.token,  # a str: grafana-client sends it as "Authorization: Bearer <token>"
         host=f"[{host}]" if ":" in host else host,  # grafana-client writes host:port as given
         port=parts.port,
@@ -341,6 +353,89 @@ def connect(target: Target) -> Any:
         timeout=target.timeout,
         organization_id=target.org_id,
     )
+    api = GrafanaApi(**kwargs)
+    _guard(api.client.s, target)
+    return api
+
+
+class _OutOfTime(BaseException):
+    """Raised by the ``SIGALRM`` handler: a BaseException, so that no ``except OSError`` inside niquests
+    mistakes it for a socket error and goes on."""
+
+
+class AnswerRefused(Exception):
+    """An answer :func:`_guard` will not take (too large, a redirect elsewhere); a ``RequestException`` at run time."""
+
+
+def _guard(session: Any, target: Target) -> None:
+    """Bound every request of ``session`` (a ``niquests.Session``): total time, answer size, redirects."""
+    from niquests.exceptions import ReadTimeout, RequestException
+
+    class Refused(AnswerRefused, RequestException):
+        pass
+
+    origin = _origin(target.url)
+
+    def check(response: Any, *args: Any, **kwargs: Any) -> Any:
+        if response.is_redirect and not target.follow_redirects:
+            to = urljoin(response.url or target.url, response.headers.get("location", ""))
+            if _origin(to) != origin:
+                raise Refused(
+                    f"answered {response.status_code} redirecting to another origin, {_origin(to)}; not followed "
+                    "(give --grafana-url the address that serves, or --follow-redirects)"
+                )
+        length = response.headers.get("content-length", "")
+        if length.isdigit() and int(length) > MAX_ANSWER_BYTES:
+            raise Refused(f"answered {int(length):,} bytes, more than the {MAX_ANSWER_BYTES >> 20} MiB read")
+        body, size = [], 0
+        for chunk in response.iter_content(65536):
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                response.close()
+                raise Refused(f"answered more than the {MAX_ANSWER_BYTES >> 20} MiB read")
+            body.append(chunk)
+        response._content = b"".join(body)  # what response.content then returns, read within the bounds
+        response._content_consumed = True
+        return response
+
+    session.hooks["response"].append(check)
+    if target.follow_redirects:
+        session.max_redirects = 5
+    send = session.request
+
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            with _deadline(target.timeout):
+                return send(*args, **kwargs)
+        except _OutOfTime:
+            raise ReadTimeout(f"no whole answer within {target.timeout:g}s") from None
+
+    session.request = bounded
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+    return f"{parts.scheme}://{parts.hostname}:{port}"
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise :class:`_OutOfTime` in the main thread ``seconds`` from now (elsewhere: no bound)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def alarm(signum: int, frame: Any) -> None:
+        raise _OutOfTime
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _os_reason(e: BaseException) -> str:
@@ -447,7 +542,12 @@ def add_push_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_TIMEOUT_S,
         metavar="SECONDS",
-        help=f"per-request timeout (default: {DEFAULT_TIMEOUT_S:g})",
+        help=f"per request, all included however slowly Grafana answers (default: {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--follow-redirects",
+        action="store_true",
+        help="follow a redirect to another origin (by default refused: the dashboards would go there)",
     )
     parser.add_argument("--insecure-skip-verify", action="store_true", help="do not verify Grafana's TLS certificate")
     parser.add_argument("--org-id", type=int, metavar="ID", help="Grafana organization (default: the token's own)")
@@ -461,7 +561,15 @@ def target_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ta
         raise PushError("--folder-uid must be at most 40 letters, digits, - or _", exit_code=2)
     url = check_url(args.grafana_url)
     token, source = read_token(args.token_file, environ)
-    return Target(url, token, source, args.timeout, not args.insecure_skip_verify, args.org_id)
+    return Target(
+        url,
+        token,
+        source,
+        args.timeout,
+        not args.insecure_skip_verify,
+        args.org_id,
+        getattr(args, "follow_redirects", False),
+    )
 
 
 def push_command(args: argparse.Namespace) -> int:

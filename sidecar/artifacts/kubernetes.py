@@ -1,15 +1,18 @@
 """The Kubernetes objects of ``deploy/``: the sidecar's container, the patches that add it to a vLLM
 Deployment, its ConfigMap, the weekly report's CronJob and the ``PrometheusRule``.
 
-- **The sidecar** runs in every vLLM pod. On Kubernetes 1.29+ it is a *native sidecar*: an entry of
-  ``initContainers`` with ``restartPolicy: Always`` (KEP-753; beta and on by default in 1.29, stable in
-  1.33), started before vLLM and stopped after it. Before 1.29 it is a plain second container
-  (:func:`sidecar_patch` with ``native=False``). Its probes check only the sidecar itself (daemon.py:
-  ``/readyz`` = configuration loaded and HTTP up, ``/healthz`` = every scrape loop ticked within three
-  intervals), never vLLM, and there is **no readinessProbe**: a native sidecar's readiness is part of the
-  pod's (kubelet's ``GenerateContainersReadyCondition`` counts restartable init containers), so a
-  probe that failed under load would take vLLM out of its Service. Without one the sidecar counts as
-  ready while it runs.
+- **The sidecar** runs in every vLLM pod and is never in vLLM's way (docs/kubernetes.md, "Never gate
+  vLLM"): by default a plain second container, so vLLM's container starts whatever happens to the
+  sidecar's image (a native sidecar, an init container with ``restartPolicy: Always``, must be running
+  before the kubelet starts the next container: an image that cannot be pulled would keep vLLM from
+  starting at all; :func:`sidecar_patch` with ``native=True`` makes one for those who want its ordering).
+  It has **no probe at all**: the kubelet counts every container's readiness in the pod's, so a
+  readinessProbe that failed would take vLLM out of its Service, a startupProbe of a native sidecar
+  would hold vLLM's start, and a livenessProbe restart leaves the pod not Ready while the sidecar
+  comes back. The sidecar never exits on a bad configuration or a missing model (``kv-sidecar run``
+  serves and waits for the fix), so it has nothing to be restarted for.
+- **One ConfigMap per attached workload**, named after it (:func:`config_map_name`): two vLLM Deployments
+  in one namespace, with different models or parallelism, each read their own.
 - **Security**: every container here meets the "restricted" Pod Security Standard (non-root, no
   privilege escalation, every capability dropped, the runtime's default seccomp profile) and has a
   read-only root filesystem; the image's user is :data:`UID`.
@@ -26,8 +29,10 @@ from typing import Any
 #: ``metadata.labels`` every generated Kubernetes resource carries.
 APP_NAME = "kv-cache-sidecar"
 
-#: The image (the repository's Dockerfile); tagged with the package version.
+#: The images (the repository's Dockerfile: the daemon, its default target, and ``--target report``), tagged
+#: with the package version: `make image` builds both; the release workflow pushes them on a tag.
 IMAGE_REPOSITORY = "ghcr.io/kv-cache-sidecar/kv-cache-sidecar"
+REPORT_IMAGE_REPOSITORY = f"{IMAGE_REPOSITORY}-report"
 #: The image's non-root user and group (the Dockerfile's ``USER``).
 UID = GID = 10001
 
@@ -42,19 +47,27 @@ POD_LABEL = "kv-cache-sidecar/enabled"
 
 #: The sidecar's ConfigMap, mounted as a directory (not with ``subPath``) so that an edit of the
 #: ConfigMap reaches the running pods (the kubelet refreshes mounted ConfigMaps; subPath mounts never).
-CONFIG_MAP = "kv-cache-sidecar-config"
 CONFIG_VOLUME = "kv-cache-sidecar-config"
 CONFIG_DIR = "/etc/kv-sidecar"
 CONFIG_KEY = "config.yaml"
-#: Where the sidecar sees the model directory vLLM serves (read-only); ``model.config`` points here.
+#: Where the sidecar sees the volume holding the model vLLM serves (read-only, the whole volume): a model
+#: directory, or the Hugging Face cache vLLM downloads into (``HF_HOME``); ``model.config`` points here.
 MODEL_MOUNT = "/model"
-#: The example's values of what a user edits in the patch: the Deployment, the volume holding the
-#: model and the model's directory inside that volume.
-EXAMPLE_DEPLOYMENT = "vllm"
+#: The example's values of what a user edits in the patch: the workload, the volume holding the model, and
+#: the name of vLLM's container (what ``kubectl logs``/``exec`` pick without ``-c``).
+EXAMPLE_WORKLOAD = "vllm"
 EXAMPLE_MODEL_VOLUME = "model"
-EXAMPLE_MODEL_SUBPATH = "llama-3.1-8b"
-#: The container kubectl logs and exec default to when the sidecar is a plain container (legacy).
 EXAMPLE_VLLM_CONTAINER = "vllm"
+#: The workload kinds whose pod template the patch adds the sidecar to (the same strategic merge for each).
+WORKLOAD_KINDS = {"Deployment": "apps/v1", "StatefulSet": "apps/v1"}
+
+
+def config_map_name(workload: str) -> str:
+    """The ConfigMap of the sidecars of one workload: ``kv-cache-sidecar-<workload>`` (mounted as a
+    directory, not with ``subPath``, so that an edit reaches the running pods: the kubelet refreshes
+    mounted ConfigMaps, never subPath mounts)."""
+    return f"{APP_NAME}-{workload}"
+
 
 #: Requests and limits of the sidecar, measured: ``bench/memory.py`` (10,000 scrape -> export cycles,
 #: 14 simulated hours with the capacity model and the forecast on) settles at 39.9 MiB resident, and a
@@ -80,8 +93,8 @@ REPORT_SCHEDULE = "0 6 * * 1"
 REPORT_RESOURCES: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
 
 
-def image(tag: str) -> str:
-    return f"{IMAGE_REPOSITORY}:{tag}"
+def image(tag: str, repository: str = IMAGE_REPOSITORY) -> str:
+    return f"{repository}:{tag}"
 
 
 def labels(component: str) -> dict[str, str]:
@@ -101,18 +114,13 @@ def container_security_context() -> dict[str, Any]:
     }
 
 
-def _probe(path: str, **timing: int) -> dict[str, Any]:
-    return {"httpGet": {"path": path, "port": METRICS_PORT_NAME}, **timing}
-
-
 def sidecar_container(
     tag: str,
     *,
-    native: bool = True,
+    native: bool = False,
     model_volume: str = EXAMPLE_MODEL_VOLUME,
-    model_subpath: str = EXAMPLE_MODEL_SUBPATH,
 ) -> dict[str, Any]:
-    """The sidecar's container: a native sidecar (``restartPolicy: Always``) or a plain container."""
+    """The sidecar's container: a plain container, or a native sidecar (``restartPolicy: Always``)."""
     container: dict[str, Any] = {"name": CONTAINER_NAME, "image": image(tag), "imagePullPolicy": "IfNotPresent"}
     if native:
         container["restartPolicy"] = "Always"
@@ -120,18 +128,13 @@ def sidecar_container(
         {
             "args": ["run", "--config.file", f"{CONFIG_DIR}/{CONFIG_KEY}"],
             "ports": [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"}],
-            # The kubelet starts vLLM once this passes (a native sidecar's startup gates the next
-            # container): polled every second, so vLLM waits about as long as the sidecar takes to serve.
-            "startupProbe": _probe("/readyz", periodSeconds=1, timeoutSeconds=2, failureThreshold=30),
-            # A wedged scrape loop (no tick for three intervals) is restarted; vLLM being down is not
-            # the sidecar's fault and shows in kvcache_sidecar_target_up instead.
-            "livenessProbe": _probe("/healthz", periodSeconds=10, timeoutSeconds=3, failureThreshold=3),
+            # No probes (the module's docstring says why): Prometheus' `up` and KVCacheSidecarDown watch it.
             "resources": SIDECAR_RESOURCES,
             "securityContext": container_security_context(),
             "terminationMessagePolicy": "FallbackToLogsOnError",
             "volumeMounts": [
                 {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
-                {"name": model_volume, "mountPath": MODEL_MOUNT, "subPath": model_subpath, "readOnly": True},
+                {"name": model_volume, "mountPath": MODEL_MOUNT, "readOnly": True},
             ],
         }
     )
@@ -141,32 +144,95 @@ def sidecar_container(
 def sidecar_patch(
     tag: str,
     *,
-    native: bool = True,
-    deployment: str = EXAMPLE_DEPLOYMENT,
+    native: bool = False,
+    kind: str = "Deployment",
+    workload: str = EXAMPLE_WORKLOAD,
     model_volume: str = EXAMPLE_MODEL_VOLUME,
-    model_subpath: str = EXAMPLE_MODEL_SUBPATH,
+    vllm_container: str = EXAMPLE_VLLM_CONTAINER,
 ) -> dict[str, Any]:
     """The strategic-merge patch that adds the sidecar, its ConfigMap volume and :data:`POD_LABEL` to the
-    Deployment ``deployment`` (containers and volumes merge by name: the Deployment's own are kept)."""
-    container = sidecar_container(tag, native=native, model_volume=model_volume, model_subpath=model_subpath)
+    ``kind`` (Deployment, StatefulSet) named ``workload`` (containers and volumes merge by name: the
+    workload's own are kept). ``kubectl patch <kind> <workload> --patch-file`` applies it to a live one."""
+    container = sidecar_container(tag, native=native, model_volume=model_volume)
     template_metadata: dict[str, Any] = {"labels": {POD_LABEL: "true"}}
     if not native:
-        # A plain container listed first would become what `kubectl logs`/`exec` pick without -c.
-        template_metadata["annotations"] = {"kubectl.kubernetes.io/default-container": EXAMPLE_VLLM_CONTAINER}
+        # The patch lists the sidecar first, which `kubectl logs`/`exec` would then pick without -c.
+        template_metadata["annotations"] = {"kubectl.kubernetes.io/default-container": vllm_container}
     return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": deployment},
+        "apiVersion": WORKLOAD_KINDS[kind],
+        "kind": kind,
+        "metadata": {"name": workload},
         "spec": {
             "template": {
                 "metadata": template_metadata,
                 "spec": {
                     ("initContainers" if native else "containers"): [container],
-                    "volumes": [{"name": CONFIG_VOLUME, "configMap": {"name": CONFIG_MAP}}],
+                    "volumes": [{"name": CONFIG_VOLUME, "configMap": {"name": config_map_name(workload)}}],
                 },
             }
         },
     }
+
+
+#: LeaderWorkerSet (github.com/kubernetes-sigs/lws, ``api/leaderworkerset/v1``): multi-node vLLM.
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+#: The leader's pod template: the leader runs vLLM's API server and its ``/metrics`` for the whole group
+#: (vLLM's docs, deployment/frameworks/lws.md); the workers run Ray workers with no API server.
+LEADER_TEMPLATE = "/spec/leaderWorkerTemplate/leaderTemplate"
+#: KServe's InferenceService (github.com/kserve/kserve, ``pkg/apis/serving/v1beta1``): the predictor is a
+#: pod spec inlined next to ``model``; its ``containers`` other than ``kserve-container`` run beside the
+#: model server (``PredictorSpec`` in predictor.go), its ``labels`` go on the pods (``ComponentExtensionSpec``).
+KSERVE_API_VERSION = "serving.kserve.io/v1beta1"
+PREDICTOR = "/spec/predictor"
+#: The port of KServe's model server (the huggingface runtime's vLLM answers /metrics there:
+#: ``prometheus.kserve.io/port: '8080'`` in config/runtimes/kserve-huggingfaceserver.yaml).
+KSERVE_PORT = 8080
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")  # RFC 6901 escaping
+
+
+def json_patch(
+    tag: str,
+    *,
+    pod: str,
+    labels: str,
+    workload: str = EXAMPLE_WORKLOAD,
+    model_volume: str = EXAMPLE_MODEL_VOLUME,
+    first_container: bool = False,
+) -> list[dict[str, Any]]:
+    """The JSON patch (RFC 6902) that adds the sidecar, its ConfigMap volume and :data:`POD_LABEL` to the
+    pod spec at ``pod`` of a custom resource, with the pod labels at ``labels``. A JSON patch, not a
+    strategic merge: the API server takes no strategic merge for a custom resource (``kubectl patch
+    --type json`` applies it to a live one). The labels and ``volumes`` must exist (the model's volume
+    is one); the sidecar is appended to ``containers`` (vLLM's stays first, which ``kubectl logs``/``exec``
+    pick), or makes the list when ``first_container`` (KServe: the model server is ``model``, not a
+    container)."""
+    container = sidecar_container(tag, model_volume=model_volume)
+    volume = {"name": CONFIG_VOLUME, "configMap": {"name": config_map_name(workload)}}
+    add = (
+        {"op": "add", "path": f"{pod}/containers", "value": [container]}
+        if first_container
+        else {"op": "add", "path": f"{pod}/containers/-", "value": container}
+    )
+    return [
+        {"op": "add", "path": f"{labels}/{_pointer(POD_LABEL)}", "value": "true"},
+        add,
+        {"op": "add", "path": f"{pod}/volumes/-", "value": volume},
+    ]
+
+
+def leader_sidecar_patch(tag: str, *, workload: str = EXAMPLE_WORKLOAD) -> list[dict[str, Any]]:
+    """:func:`json_patch` for a LeaderWorkerSet's leader template only (the workers stay as they are)."""
+    return json_patch(
+        tag, pod=f"{LEADER_TEMPLATE}/spec", labels=f"{LEADER_TEMPLATE}/metadata/labels", workload=workload
+    )
+
+
+def predictor_sidecar_patch(tag: str, *, workload: str = EXAMPLE_WORKLOAD) -> list[dict[str, Any]]:
+    """:func:`json_patch` for a KServe InferenceService's predictor, which lists no containers of its own."""
+    return json_patch(tag, pod=PREDICTOR, labels=f"{PREDICTOR}/labels", workload=workload, first_container=True)
 
 
 def config_map(name: str, component: str, data: Mapping[str, str]) -> dict[str, Any]:
@@ -178,9 +244,56 @@ def config_map(name: str, component: str, data: Mapping[str, str]) -> dict[str, 
     }
 
 
-def sidecar_config_map(config_text: str) -> dict[str, Any]:
-    """The sidecar's configuration file as the ConfigMap :data:`CONFIG_MAP` (key :data:`CONFIG_KEY`)."""
-    return config_map(CONFIG_MAP, "sidecar", {CONFIG_KEY: config_text})
+def sidecar_config_map(config_text: str, workload: str = EXAMPLE_WORKLOAD) -> dict[str, Any]:
+    """The configuration file of ``workload``'s sidecars as its ConfigMap (:func:`config_map_name`, key
+    :data:`CONFIG_KEY`)."""
+    return config_map(config_map_name(workload), "sidecar", {CONFIG_KEY: config_text})
+
+
+#: Who may scrape the sidecar when the NetworkPolicy is on: Prometheus as prometheus-operator labels its
+#: pods, in the namespace kube-prometheus-stack is usually installed in (both are parameters).
+PROMETHEUS_NAMESPACE = "monitoring"
+PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus"}
+
+
+def network_policy(
+    prometheus_namespace: str = PROMETHEUS_NAMESPACE, prometheus_labels: Mapping[str, str] = PROMETHEUS_POD_LABELS
+) -> dict[str, Any]:
+    """The NetworkPolicy that restricts the sidecar's port to Prometheus and takes nothing else away.
+
+    A policy that selects a pod for Ingress closes every port it does not allow (Kubernetes docs,
+    "Network Policies": isolated pods). So besides Prometheus -> :data:`METRICS_PORT`, every other port of
+    the pod stays open to every peer: TCP as the two ranges around the sidecar's port (``endPort``, stable
+    since Kubernetes 1.25), UDP and SCTP whole. vLLM, Ray, NIXL/KV transfer and a mesh's ports keep working
+    as without the policy; a policy of the user's own that restricts them still applies (policies add up).
+    """
+    every = [
+        {"protocol": "TCP", "port": 1, "endPort": METRICS_PORT - 1},
+        {"protocol": "TCP", "port": METRICS_PORT + 1, "endPort": 65535},
+        {"protocol": "UDP", "port": 1, "endPort": 65535},
+        {"protocol": "SCTP", "port": 1, "endPort": 65535},
+    ]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"{APP_NAME}-metrics", "labels": labels("monitoring")},
+        "spec": {
+            "podSelector": {"matchLabels": {POD_LABEL: "true"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": prometheus_namespace}},
+                            "podSelector": {"matchLabels": dict(prometheus_labels)},
+                        }
+                    ],
+                    "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+                },
+                {"ports": every},
+            ],
+        },
+    }
 
 
 def report_config_map(config_text: str, prometheus_url: str) -> dict[str, Any]:
@@ -202,7 +315,7 @@ def report_cronjob(tag: str) -> dict[str, Any]:
     }
     container = {
         "name": "report",
-        "image": image(tag),
+        "image": image(tag, REPORT_IMAGE_REPOSITORY),  # matplotlib's plots: not in the daemon's image
         "imagePullPolicy": "IfNotPresent",
         "args": [
             "report",

@@ -22,6 +22,7 @@ mapping and :func:`render` to text. The ``kv-sidecar rules render`` command
 
 from __future__ import annotations
 
+import re
 from string import Template
 from typing import Any
 
@@ -56,9 +57,18 @@ ALERT_NAMES = (
     "KVCachePrefixHitRatioLow",
     "KVCacheCapacityMismatch",
     "KVCacheOverProvisioned",
+    "KVCacheModelConfigMissing",
     "KVCacheSidecarScrapeFailing",
     "KVCacheSidecarDown",
 )
+
+
+#: KVCacheFullSoon does not page until the engine has run this long (``kvcache_engine_start_time_seconds``):
+#: the forecast's window (``forecast.window``, 10m), after which the trend is the new process' own.
+FULL_SOON_AFTER_START = "10m"
+#: KVCacheFullSoon keeps firing this long after its forecast last said "full soon" (Prometheus >= 2.42
+#: ``keep_firing_for``): one page per saturation, not one per dip of the forecast (docs/forecast-validation.md).
+FULL_SOON_KEEP_FIRING_FOR = "5m"
 
 
 # ---------------------------------------------------------------------------
@@ -117,17 +127,22 @@ def _alert(
     for_: str | None,
     dashboard_uid: str,
     dashboard_pod: bool = True,
+    keep_firing_for: str | None = None,
 ) -> dict[str, Any]:
     rule: dict[str, Any] = {"alert": name, "expr": expr}
     if for_:
         rule["for"] = for_
+    if keep_firing_for:
+        rule["keep_firing_for"] = keep_firing_for
     rule["labels"] = {"severity": severity}
     rule["annotations"] = {
         "summary": summary,
         "description": description,
         "runbook_url": f"{params.runbook_base_url}/{name}.md",
-        "dashboard_url": _dashboard_url(params, dashboard_uid, pod=dashboard_pod),
     }
+    # No Grafana configured: no link that would lead nowhere (the runbook names the dashboard).
+    if params.dashboard_base_url:
+        rule["annotations"]["dashboard_url"] = _dashboard_url(params, dashboard_uid, pod=dashboard_pod)
     return rule
 
 
@@ -211,6 +226,10 @@ def recording_rules(th: Thresholds) -> list[dict[str, str]]:
     ]
 
 
+#: The namespace/model prefix-cache hit ratio (tokens), recorded by :func:`recording_rules`.
+_HIT_RATIO = "namespace_model:kvcache_prefix_cache_hits_per_queries_tokens:ratio_rate5m"
+
+
 def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(capacity alerts, sidecar self-monitoring alerts)."""
     usage_peak = f"max_over_time(kvcache_usage_ratio[{p.gap_window}])"
@@ -226,50 +245,65 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
             f"KV cache usage is above {_pct(th.warning)}.",
             _fill(
                 "KV cache of ${where} has been above ${thr} for ${for_} (peak of the last ${gap}: "
-                "{{ $value | humanizePercentage }}). At ${page} for ${page_for} this pages.",
+                "{{ $value | humanizePercentage }}). Once it is above ${page} for ${share} of ${window} this pages.",
                 where=_WHERE_ENGINE,
                 thr=_pct(th.warning),
                 for_=p.warning_for,
                 gap=p.gap_window,
                 page=_pct(th.watermark),
-                page_for=p.critical_for,
+                share=_pct(1 - p.critical_quantile),
+                window=p.critical_window,
             ),
             for_=p.warning_for,
             dashboard_uid=ov,
         ),
+        # The page: "the peaks keep reaching the watermark", not "above it for N minutes without a dip",
+        # which real bursts never are (docs/forecast-validation.md, "Real traffic"). No for:: a burst
+        # shorter than (1 - quantile) x window never makes the expression true; keep_firing_for holds
+        # the page between bursts of one saturation. sidecar.forecast_validation.PAGE_RULE models it.
         _alert(
             p,
             "KVCacheAlmostFull",
-            f"{usage_peak} > {_num(th.watermark)}",
+            f"quantile_over_time({_num(p.critical_quantile)}, kvcache_usage_ratio[{p.critical_window}]) "
+            f"> {_num(th.watermark)}",
             "critical",
-            f"KV cache usage is above the {_pct(th.watermark)} paging watermark.",
+            f"KV cache usage keeps reaching the {_pct(th.watermark)} paging watermark.",
             _fill(
-                "KV cache of ${where} has been above the ${thr} watermark for ${for_} (peak of the last "
-                "${gap}: {{ $value | humanizePercentage }}). New requests queue and running ones are "
-                "preempted once it is full.",
+                "KV cache of ${where} was above the ${thr} watermark for more than ${share} of the last "
+                "${window} (p${q}: {{ $value | humanizePercentage }}). New requests queue and running ones "
+                "are preempted once it is full.",
                 where=_WHERE_ENGINE,
                 thr=_pct(th.watermark),
-                for_=p.critical_for,
-                gap=p.gap_window,
+                share=_pct(1 - p.critical_quantile),
+                window=p.critical_window,
+                q=f"{round(p.critical_quantile * 100, 2):g}",
             ),
-            for_=p.critical_for,
+            for_=None,
             dashboard_uid=ov,
+            keep_firing_for=p.critical_keep_firing_for,
         ),
         _alert(
             p,
             "KVCacheFullSoon",
-            f"kvcache_time_until_full_seconds < {_num(full_within_s)}",
+            # A server that starts, restarts or scales out under load fills from empty in a minute: not a
+            # capacity problem, so no page until it has run FULL_SOON_AFTER_START (the forecast's window).
+            f"kvcache_time_until_full_seconds < {_num(full_within_s)}\n"
+            f"unless\n"
+            f"time() - kvcache_engine_start_time_seconds < {_num(prometheus_duration_seconds(FULL_SOON_AFTER_START))}",
             "critical",
             f"KV cache is forecast to be full within {p.full_soon_within}.",
             _fill(
                 "At the current fill rate the KV cache of ${where} is full in "
-                "{{ $value | humanizeDuration }} (forecast below ${within} for ${for_}).",
+                "{{ $value | humanizeDuration }} (forecast below ${within} for ${for_}; not in the first "
+                "${after} after the engine started).",
                 where=_WHERE_ENGINE,
                 within=p.full_soon_within,
                 for_=p.full_soon_for,
+                after=FULL_SOON_AFTER_START,
             ),
             for_=p.full_soon_for,
             dashboard_uid=ov,
+            keep_firing_for=FULL_SOON_KEEP_FIRING_FOR,
         ),
         _alert(
             p,
@@ -279,9 +313,10 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
             "vLLM keeps preempting requests for lack of KV cache.",
             _fill(
                 '${where} has preempted requests for ${for_} ({{ $value | printf "%.2f" }} preemptions/s '
-                "over 5m): each preemption throws away a request's KV and recomputes it.",
+                "over 5m, above ${floor}/s): each preemption throws away a request's KV and recomputes it.",
                 where=_WHERE_ENGINE,
                 for_=p.preemptions_for,
+                floor=_num(p.preemptions_per_second),
             ),
             for_=p.preemptions_for,
             dashboard_uid=ov,
@@ -308,18 +343,25 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
             for_=p.waiting_for,
             dashboard_uid=ov,
         ),
+        # Only a workload that has shared prefixes (its usual ratio is high) and lost them: one
+        # without shared prefixes sits near 0 by nature, which is no fault (llm-d's
+        # guides/recipes/observability/alerts/kv-cache-alerting-rules.yaml, KVCachePrefixHitRateLow).
         _alert(
             p,
             "KVCachePrefixHitRatioLow",
-            "namespace_model:kvcache_prefix_cache_hits_per_queries_tokens:ratio_rate5m"
-            f" < {_num(p.prefix_hit_ratio_low)}",
+            f"{_HIT_RATIO} < {_num(p.prefix_hit_ratio_low)}\n"
+            f"and\n"
+            f"quantile_over_time(0.5, {_HIT_RATIO}[{p.prefix_hit_ratio_baseline}]) >= {_num(p.prefix_hit_ratio_usual)}",
             "warning",
             f"Prefix cache hit ratio is below {_pct(p.prefix_hit_ratio_low)}.",
             _fill(
                 "Only {{ $value | humanizePercentage }} of the prompt tokens of ${where} were found in "
-                "the prefix cache over 5m, for ${for_}.",
+                "the prefix cache over 5m, for ${for_}, where the median of the last ${baseline} is at "
+                "least ${usual}: the workload shares prefixes, the cache no longer finds them.",
                 where=_WHERE_MODEL,
                 for_=p.prefix_hit_ratio_for,
+                baseline=p.prefix_hit_ratio_baseline,
+                usual=_pct(p.prefix_hit_ratio_usual),
             ),
             for_=p.prefix_hit_ratio_for,
             dashboard_uid=pod,
@@ -368,6 +410,26 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
 
     job = f'job="{p.sidecar_job}"'
     sidecar = [
+        # model.config set but never loaded: without this only the log says so, and the capacity
+        # gauges are silently absent. `reason` is aggregated away so that waiting -> not_found does
+        # not restart for:; the description reads the current reason back.
+        _alert(
+            p,
+            "KVCacheModelConfigMissing",
+            "max without (reason) (kvcache_model_config_loaded) == 0",
+            "warning",
+            "The sidecar cannot load the model's config.json; capacity gauges are missing.",
+            _fill(
+                "Sidecar ${where} has not loaded model.config for {{ $labels.model_name }} for ${for_} "
+                "(reason: {{ range printf `kvcache_model_config_loaded{instance=%q, target=%q, engine=%q}` "
+                "$labels.instance $labels.target $labels.engine | query }}{{ .Labels.reason }}{{ end }}"
+                "); the theoretical capacity and the advice that needs it are absent.",
+                where=_WHERE_SIDECAR,
+                for_=p.model_config_missing_for,
+            ),
+            for_=p.model_config_missing_for,
+            dashboard_uid=pod,
+        ),
         # last_success is absent until the first successful scrape, so a
         # model that is still loading (20 s - 10 min) cannot fire this.
         _alert(
@@ -417,14 +479,74 @@ def _window_minus_1h(window: str) -> str:
     return "".join(parts) or "0s"
 
 
+#: PromQL words that are not metric names (operators, modifiers, aggregation clauses, literals).
+_KEYWORDS = frozenset("and or unless by without on ignoring group_left group_right bool offset inf nan atan2".split())
+#: A label list follows these words: ``by (namespace, model_name)`` names labels, not metrics.
+_LABEL_LISTS = frozenset("by without on ignoring group_left group_right".split())
+_TOKEN = re.compile(
+    r'"(?:[^"\\]|\\.)*"|`[^`]*`|\[[^\]]*\]|\{[^}]*\}|[a-zA-Z_:][a-zA-Z0-9_:]*|\d[\w.]*|\s+|.',
+)
+
+
+def scoped(expr: str, matcher: str) -> str:
+    """``expr`` with ``matcher`` (``namespace="llm-prod"``) added to every series it selects.
+
+    What prometheus-operator's ``enforcedNamespaceLabel`` does to a PrometheusRule, done here so
+    that a plain Prometheus gets the same: ``kvcache_usage_ratio`` becomes
+    ``kvcache_usage_ratio{namespace="llm-prod"}`` and ``up{job="x"}`` becomes
+    ``up{job="x", namespace="llm-prod"}``; functions, keywords, label lists of ``by (...)``,
+    strings and ranges are left alone.
+    """
+    out: list[str] = []
+    tokens = [m.group(0) for m in _TOKEN.finditer(expr)]
+    i, after_label_list_word = 0, False
+    while i < len(tokens):
+        tok = tokens[i]
+        nxt = next((t for t in tokens[i + 1 :] if not t.isspace()), "")
+        if tok.isspace():
+            out.append(tok)
+        elif after_label_list_word and tok == "(":
+            # copy the label list up to its closing parenthesis
+            j = tokens.index(")", i)
+            out.extend(tokens[i : j + 1])
+            i, after_label_list_word = j + 1, False
+            continue
+        elif (
+            re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", tok)
+            and tok.lower() not in _KEYWORDS
+            and nxt != "("  # a function
+            and nxt.lower() not in ("by", "without")  # an aggregation: sum by (...) (...)
+        ):
+            following = tokens[i + 1] if i + 1 < len(tokens) else ""
+            if following.startswith("{"):
+                inner = following[1:-1].strip()
+                out.append(f"{tok}{{{inner + ', ' if inner else ''}{matcher}}}")
+                i += 2
+                continue
+            out.append(f"{tok}{{{matcher}}}")
+        else:
+            out.append(tok)
+        after_label_list_word = tok.lower() in _LABEL_LISTS if not tok.isspace() else after_label_list_word
+        i += 1
+    return "".join(out)
+
+
 def build_rule_groups(thresholds: Thresholds, params: RuleParams) -> dict[str, Any]:
-    """The rule-file mapping (``{"groups": [...]}``) for these thresholds and params."""
+    """The rule-file mapping (``{"groups": [...]}``) for these thresholds and params.
+
+    With ``params.namespace`` every rule reads that namespace only (:func:`scoped`): two
+    installations in one Prometheus then alert and record each for its own namespace.
+    """
     capacity, sidecar = alerting_rules(thresholds, params)
-    groups = [
+    groups: list[dict[str, Any]] = [
         {"name": "kvcache.rules", "rules": recording_rules(thresholds)},
         {"name": "kvcache-capacity", "rules": capacity},
         {"name": "kvcache-sidecar", "rules": sidecar},
     ]
+    if params.namespace:
+        for g in groups:
+            for rule in g["rules"]:
+                rule["expr"] = scoped(rule["expr"], f'namespace="{params.namespace}"')
     if params.evaluation_interval:
         for g in groups:
             # "interval" right after "name", as Prometheus' docs write it

@@ -693,7 +693,8 @@ def _draw_lines(ax: Any, panel: Mapping[str, Any], data: PanelData) -> list[Any]
         x, y = _dates(s.times), _finite(s.values)
         (line,) = ax.plot(x, y, color=color, linewidth=width, marker="o" if len(x) == 1 else None, markersize=3)
         if fill:
-            ax.fill_between(x, y, 0, color=color, alpha=fill, linewidth=0)
+            bottom = float(_defaults(panel).get("min") or 0)  # a log axis starts above 0
+            ax.fill_between(x, y, bottom, color=color, alpha=fill, linewidth=0)
         handles.append(line)
     return handles
 
@@ -730,6 +731,10 @@ def _draw_thresholds(ax: Any, panel: Mapping[str, Any]) -> None:
     steps = _threshold_steps(panel)
     for i, (value, color) in enumerate(steps):
         if value is None:
+            # the base step: a band from the axis' bottom to the next step, as Grafana shades it
+            upper = next((v for v, _ in steps[i + 1 :] if v is not None), None)
+            if "area" in mode and upper is not None and upper > ax.get_ylim()[0]:
+                ax.axhspan(ax.get_ylim()[0], upper, color=color, alpha=0.12, linewidth=0)
             continue
         if "line" in mode or "dashed" in mode:
             ax.axhline(value, color=color, linewidth=1.1, linestyle="--" if "dashed" in mode else "-", alpha=0.9)
@@ -767,11 +772,28 @@ def _unit_locator(unit: str | None) -> Any:
     return UnitLocator(nbins=4, steps=[1, 2, 2.5, 3, 5, 10])
 
 
+#: Round values of a unit for a log axis' ticks (seconds: 1 min, 5 min, 15 min, 1 h, 6 h, 1 day, 1 week).
+_LOG_TICKS: dict[str, tuple[float, ...]] = {"s": (60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400)}
+
+
 def _y_axis(ax: Any, panel: Mapping[str, Any]) -> None:
     from matplotlib.ticker import FuncFormatter
 
     defaults = _defaults(panel)
     unit = defaults.get("unit")
+    scale = _custom(panel).get("scaleDistribution") or {}
+    if scale.get("type") == "log" and defaults.get("min") and defaults.get("max"):
+        # Grafana's log axis (scaleDistribution log): ticks at the unit's round values within the range
+        from matplotlib.ticker import FixedLocator, NullLocator
+
+        low, high = float(defaults["min"]), float(defaults["max"])
+        ax.set_yscale("log", base=float(scale.get("log") or 10))
+        ticks = [t for t in _LOG_TICKS.get(unit or "", ()) if low <= t <= high] or [low, high]
+        ax.yaxis.set_major_locator(FixedLocator(ticks))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: format_value(v, unit)))
+        ax.set_ylim(low, high)
+        return
     ax.yaxis.set_major_locator(_unit_locator(unit))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: format_value(v, unit)))
     low, high = ax.get_ylim()

@@ -1,33 +1,36 @@
 """The KV memory budget: GPU memory × utilization minus what is not KV.
 
-``available ≈ total × gpu_memory_utilization − weights − activation peak −
-non-torch memory (− CUDA-graph estimate from vLLM 0.21)``, per rank
+``budget = total × util − W − max(F, S) − N − G`` per rank
 (``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory``;
-``docs/capacity.md``, "The budget").
+``docs/capacity.md``, "The budget"): weights as stored (``weights.py``), the
+forward peak and the sampler warm-up of the profile run, non-torch memory and
+CUDA graphs (``profile_terms.py``), by the vLLM version's rules
+(``vllm_rules.py``) and profile batch (``batch_defaults.py``).
 
 ``gpu_memory_utilization`` is a fraction of the GPU's TOTAL memory, not of
 what is left after the weights (a common reading gets this wrong: that 90% of
 "total − weights − overhead" goes to the KV pool; docs/capacity.md, "The budget").
 
-The weights term is exact when ``model.safetensors.index.json`` is present,
-otherwise computed from the config's shapes. The activation, non-torch and
-CUDA-graph terms are documented estimates (ranges seen in real vLLM logs);
-each can be overridden with a measured value.
+Each term can be overridden with a measured value (vLLM's start-up log).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from ..units import parse_size
-from .blocks import CUDAGRAPH_BUDGET_SINCE, parse_version
+from . import profile_terms as _terms
+from . import weights as _weights
+from .batch_defaults import ProfileBatch, profile_batch
 from .config import ModelSpec
-from .dtypes import dtype_bytes, served_dtype
+from .dtypes import dtype_bytes
 from .errors import CapacityError
-from .layout import KVLayout, get_pp_indices
+from .layout import KVLayout
+from .profile_terms import DEFAULT_SAMPLER
+from .vllm_rules import VersionRules, rules_for
+from .weights import DEFAULT_MXFP4_BACKEND
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -48,6 +51,8 @@ GPU_TOTAL_GIB: dict[str, float] = {
     "T4": 14.75,  # PyTorch OOM "14.75 GiB total capacity" (Colab T4)
     "V100-16GB": 15.77,  # PyTorch OOM "15.77 GiB total capacity"
     "V100-32GB": 31.74,  # PyTorch OOM "31.74 GiB total capacity"
+    "B200": 178.36,  # vLLM PR #21489's log "Free memory on device (177.66/178.36 GiB)"
+    "L40S": 44.31,  # vLLM issue #15196 "total_gpu_memory (44.31GiB)" on an L40S (0.7.2)
 }
 
 _GPU_ALIASES: dict[str, str] = {
@@ -68,15 +73,21 @@ _GPU_ALIASES: dict[str, str] = {
     "3090": "RTX-3090",
     "RTX3090": "RTX-3090",
     "V100": "V100-16GB",
+    "B200-192GB": "B200",
 }
+
+
+def gpu_name(name: str) -> str | None:
+    """The table's name of a known GPU (``h100 80gb`` -> ``H100-80GB``), else None."""
+    key = re.sub(r"[\s_]+", "-", name.strip().upper()).replace("NVIDIA-", "")
+    key = _GPU_ALIASES.get(key, key)
+    return key if key in GPU_TOTAL_GIB else None
 
 
 def gpu_memory_bytes(name: str) -> int | None:
     """Total memory of a known GPU name (``H100-80GB``, ``a100 40gb``...), else None."""
-    key = re.sub(r"[\s_]+", "-", name.strip().upper()).replace("NVIDIA-", "")
-    key = _GPU_ALIASES.get(key, key)
-    gib = GPU_TOTAL_GIB.get(key)
-    return None if gib is None else round(gib * GiB)
+    key = gpu_name(name)
+    return None if key is None else round(GPU_TOTAL_GIB[key] * GiB)
 
 
 def parse_memory(text: str, name: str = "--gpu-memory") -> int:
@@ -102,174 +113,36 @@ def parse_memory(text: str, name: str = "--gpu-memory") -> int:
     return value
 
 
-# ----------------------------------------------------------------- weights
+# ------------------------------------------------------------ the terms
+# Weights and the profile's terms live in their own modules; these names stay for the callers.
 
-#: Bits per weight of quantized linear layers, scales included: fp8 = 8;
-#: int4 AWQ/GPTQ with group 128 = 4 + 16-bit scale (+ zero) per 128 ≈ 4.25;
-#: mxfp4 = 4 + one 8-bit scale per 32 = 4.25 (OCP MX spec).
-_QUANT_BITS: dict[str, float] = {
-    "fp8": 8.0,
-    "fbgemm_fp8": 8.0,
-    "compressed-tensors-fp8": 8.0,
-    "awq": 4.25,
-    "awq_marlin": 4.25,
-    "gptq": 4.25,
-    "gptq_marlin": 4.25,
-    "mxfp4": 4.25,
-    "bitsandbytes": 4.5,
-}
-
-
-def _quant_bits(quant: Mapping[str, Any] | None) -> tuple[float | None, bool]:
-    """(bits per quantized weight, experts_only) from ``quantization_config``."""
-    if not quant:
-        return None, False
-    method = str(quant.get("quant_method", "")).lower()
-    if method in ("gptq", "awq", "gptq_marlin", "awq_marlin"):
-        # n-bit weights plus fp16 scales and packed zeros per group of 128, rounded up.
-        return float(quant.get("bits") or quant.get("w_bit") or 4) + 0.25, False
-    if method == "mxfp4":
-        # gpt-oss keeps attention, router, embeddings and lm_head in bf16.
-        return _QUANT_BITS["mxfp4"], True
-    if method in _QUANT_BITS:
-        return _QUANT_BITS[method], False
-    if method == "compressed-tensors":
-        return 8.0, False  # most published compressed-tensors checkpoints are w8a8/fp8
-    raise CapacityError(
-        f"config.json: quantization_config.quant_method: {method!r} is not modelled"
-        " (give the measured size: --weights-memory for `kv-sidecar capacity`, model.weights_memory for"
-        " the sidecar; or put model.safetensors.index.json next to config.json)"
-    )
-
-
-def parameter_counts(spec: ModelSpec) -> dict[str, int]:
-    """Parameter counts by part (embeddings, attention, dense MLP, experts), whole model.
-
-    Shapes as in the Hugging Face modelling files: gated MLP ``3 × hidden ×
-    intermediate``; GQA attention ``hidden × (heads + 2 × kv_heads) × head_dim
-    + heads × head_dim × hidden``; MLA projections (DeepSeek-V2/V3); MoE
-    ``experts × 3 × hidden × moe_intermediate`` plus shared experts and router.
-    Norms and biases are below 0.1% and ignored.
-    """
-    t = spec.text
-    h, L = spec.hidden_size, spec.num_layers
-    vocab = int(spec.vocab_size or 0)
-    heads = spec.num_attention_heads
-    counts = {"embeddings": vocab * h * (1 if spec.tie_word_embeddings else 2)}
-
-    if spec.is_mla:
-        rope, nope = int(t["qk_rope_head_dim"]), int(t.get("qk_nope_head_dim") or 0)
-        v_head = int(t.get("v_head_dim") or nope)
-        q_rank = t.get("q_lora_rank")
-        q = h * heads * (nope + rope) if not q_rank else h * q_rank + q_rank * heads * (nope + rope)
-        kv = h * (int(t["kv_lora_rank"]) + rope) + int(t["kv_lora_rank"]) * heads * (nope + v_head)
-        attn = q + kv + heads * v_head * h
-    else:
-        hd, kvh = spec.head_dim, spec.num_kv_heads
-        attn = h * (heads + 2 * kvh) * hd + heads * hd * h
-    linear_layers = 0
-    if t.get("full_attention_interval") and t.get("linear_num_value_heads"):
-        # Qwen3-Next: GDN layers replace attention; size their projections alike.
-        nk, nv = int(t["linear_num_key_heads"]), int(t["linear_num_value_heads"])
-        hk, hv = int(t["linear_key_head_dim"]), int(t["linear_value_head_dim"])
-        linear_layers = L - L // int(t["full_attention_interval"])
-        gdn = h * (2 * nk * hk + 2 * nv * hv + 2 * nv) + nv * hv * h
-        counts["attention"] = (L - linear_layers) * attn + linear_layers * gdn
-    else:
-        counts["attention"] = L * attn
-
-    experts = int(t.get("n_routed_experts") or t.get("num_local_experts") or t.get("num_experts") or 0)
-    inter = int(spec.intermediate_size or 0)
-    if experts:
-        moe_inter = int(t.get("moe_intermediate_size") or inter)
-        dense_layers = int(t.get("first_k_dense_replace") or 0)
-        shared = int(t.get("n_shared_experts") or 0) * moe_inter + int(t.get("shared_expert_intermediate_size") or 0)
-        moe_layers = L - dense_layers
-        counts["mlp"] = dense_layers * 3 * h * inter + moe_layers * (3 * h * shared + h * experts)
-        counts["experts"] = moe_layers * experts * 3 * h * moe_inter
-    else:
-        counts["mlp"] = L * 3 * h * inter
-        counts["experts"] = 0
-    return counts
-
-
-def _largest_stage_share(num_layers: int, pp: int) -> float:
-    """Fraction of the layers on the most loaded pipeline stage (``get_pp_indices``)."""
-    sizes = [end - start for start, end in (get_pp_indices(num_layers, r, pp) for r in range(pp))]
-    return max(sizes) / num_layers
-
-
-def weights_bytes(spec: ModelSpec, *, tp: int = 1, pp: int = 1, dtype: str | None = None) -> int:
-    """Weight bytes resident on the most loaded rank.
-
-    With ``model.safetensors.index.json``: its ``metadata.total_size`` (the
-    checkpoint as stored, quantized or not) ÷ tp, × the limiting stage's share
-    of layers. Otherwise parameter counts (``parameter_counts``) × the served
-    dtype's bytes, with quantized linear layers at their bits per weight.
-    Checked against vLLM's "Model loading took X GiB": Llama-3.1-8B bf16
-    14.99 GiB (docs/capacity.md, "The budget").
-    """
-    stage_share = _largest_stage_share(spec.num_layers, pp)
-    if spec.safetensors_total_bytes:
-        return int(spec.safetensors_total_bytes * stage_share / tp)
-    counts = parameter_counts(spec)
-    weight_b = dtype_bytes(served_dtype(spec.config_dtype, dtype))
-    bits, experts_only = _quant_bits(spec.quantization)
-    linear = counts["attention"] + counts["mlp"] + counts["experts"]
-    layer_bytes: float
-    if bits is None:
-        layer_bytes = linear * weight_b
-    elif experts_only:
-        layer_bytes = (counts["attention"] + counts["mlp"]) * weight_b + counts["experts"] * bits / 8
-    else:
-        layer_bytes = linear * bits / 8
-    total = counts["embeddings"] * weight_b + layer_bytes * stage_share
-    return int(total / tp)
-
-
-# --------------------------------------------------------- other memory terms
+weights_bytes = _weights.weights_bytes
+parameter_counts = _weights.parameter_counts
 
 
 def activation_estimate_bytes(
     spec: ModelSpec, layout: KVLayout, max_num_batched_tokens: int, max_num_seqs: int = 256
 ) -> int:
-    """Estimated torch peak of vLLM's profiling run (``profile_run``).
-
-    The dummy forward pass over ``max_num_batched_tokens`` tokens keeps about
-    two hidden-size and two MLP-width activations live (in/out of the widest
-    op) in the served dtype, and the dummy sampler over ``max_num_seqs``
-    requests holds about three fp32 vocab-wide tensors (logits, probs,
-    sorted). It lands in the 0.2–1.5 GiB range vLLM logs show at
-    ``max_num_batched_tokens`` 2048 for ≤ 8B models (docs/capacity.md, "The budget"),
-    which is this term's source; it is the main error of the estimate, so
-    pass the measured "peak activation" when you have it.
-    """
-    t = spec.text
-    moe_width = int(t.get("moe_intermediate_size") or 0) * int(t.get("num_experts_per_tok") or 0)
-    width = moe_width or int(spec.intermediate_size or 0)
-    act_b = dtype_bytes(layout.served_dtype)
-    forward = max_num_batched_tokens * (2 * spec.hidden_size + 2 * width // layout.tp) * act_b * 2
-    sampler = max_num_seqs * int(spec.vocab_size or 0) * 4 * 3
-    return forward + sampler
+    """``A = max(F, S)``: the torch peak of vLLM's profile run with the native sampler
+    (``profile_terms.forward_bytes`` and ``sampler_bytes``; ``docs/capacity.md``, "The budget")."""
+    forward = _terms.forward_bytes(
+        spec, tokens=max_num_batched_tokens, tp=layout.tp, activation_bytes=dtype_bytes(layout.served_dtype)
+    )
+    sampler = _terms.sampler_bytes(spec, rows=min(max_num_seqs, max_num_batched_tokens))
+    return max(forward, sampler)
 
 
-def non_torch_estimate_bytes(layout: KVLayout) -> int:
-    """Estimated non-torch memory (CUDA context extras, cuBLAS workspaces, NCCL buffers).
-
-    0.03–0.6 GiB in real logs, growing with tensor parallelism and custom
-    all-reduce (docs/capacity.md, "The budget"): 0.15 GiB on one GPU, 0.5 GiB with TP/PP.
-    """
-    return int(0.15 * GiB) if layout.tp * layout.pp == 1 else int(0.5 * GiB)
+def non_torch_estimate_bytes(layout: KVLayout, vllm_version: str | None = None) -> int:
+    """``N`` for this layout under the version's rules (``profile_terms.non_torch_bytes``)."""
+    return _terms.non_torch_bytes(rules_for(vllm_version), tp=layout.tp, pp=layout.pp)
 
 
-def cudagraph_estimate_bytes(layout: KVLayout) -> int:
-    """Estimated CUDA-graph memory vLLM ≥ 0.21 subtracts before sizing the KV cache.
-
-    vLLM logs "Estimated CUDA graph memory" of 0.36–5 GiB (``profile_cudagraph_memory`` in
-    ``vllm/v1/worker/gpu_model_runner.py``); it grows with the number
-    of layers captured. 16 MiB per layer on the rank, at least 0.36 GiB.
-    """
-    return max(int(0.36 * GiB), layout.layers_per_rank * 16 * MiB)
+def cudagraph_estimate_bytes(layout: KVLayout, spec: ModelSpec | None = None) -> int:
+    """``G`` as vLLM ≥ 0.21 subtracts it (``profile_terms.cudagraph_bytes``); without the model, 0.45 GiB
+    (a dense model up to 20B)."""
+    if spec is None:
+        return int(1.5 * 0.3 * GiB)
+    return _terms.cudagraph_bytes(spec, rules_for(None))
 
 
 @dataclass(frozen=True)
@@ -308,6 +181,10 @@ def non_kv_bytes(
     return NonKVBytes(w, act, nt, cudagraph_bytes)
 
 
+#: The terms the output and the dominant-term series name, in vLLM's log order.
+TERMS = ("weights", "forward", "sampler", "non_torch", "cudagraph")
+
+
 @dataclass(frozen=True)
 class Budget:
     """The KV cache budget of one rank and how it was formed (bytes)."""
@@ -322,6 +199,55 @@ class Budget:
     gpu_memory_utilization: float
     #: "exact" when given (--kv-cache-memory-bytes or a measured value), "estimated" otherwise
     source: str = "estimated"
+    #: the two candidates of the activation peak: the forward pass F and the sampler warm-up S
+    forward_bytes: int = 0
+    sampler_bytes: int = 0
+    #: the profile batch and the rules used (for --explain)
+    batch: ProfileBatch | None = None
+    rules: VersionRules | None = None
+    sampler: str = DEFAULT_SAMPLER
+    #: which terms were measured values (overrides) rather than estimates
+    measured: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain values for JSON: every field, the batch and rules flattened, and the dominant overhead."""
+        out: dict[str, object] = {
+            k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("batch", "rules", "measured")
+        }
+        out["measured"] = list(self.measured)
+        if self.batch is not None:
+            out |= {
+                "max_num_seqs": self.batch.max_num_seqs,
+                "max_num_batched_tokens": self.batch.max_num_batched_tokens,
+            }
+        if self.rules is not None:
+            out["rules"] = self.rules.label
+        if self.source == "estimated":
+            out["dominant_overhead"] = self.dominant_overhead
+        return out
+
+    def term_bytes(self) -> dict[str, int]:
+        """The subtracted terms by name (:data:`TERMS`); the activation split into F and S, the
+        smaller of which vLLM's peak does not add."""
+        return {
+            "weights": self.weights_bytes,
+            "forward": self.forward_bytes,
+            "sampler": self.sampler_bytes,
+            "non_torch": self.non_torch_bytes,
+            "cudagraph": self.cudagraph_bytes,
+        }
+
+    @property
+    def dominant_overhead(self) -> str:
+        """The largest term after the weights (the one a planner can act on): ``forward`` (lower
+        --max-num-batched-tokens), ``sampler`` (lower --max-num-seqs), ``non_torch`` or ``cudagraph``
+        (--enforce-eager). With the activation measured as one number, ``activation``."""
+        if "activation" in self.measured or not (self.forward_bytes or self.sampler_bytes):
+            options = {"activation": self.activation_bytes}
+        else:
+            options = {"forward": self.forward_bytes, "sampler": self.sampler_bytes}
+        options |= {"non_torch": self.non_torch_bytes, "cudagraph": self.cudagraph_bytes}
+        return max(options, key=lambda k: options[k])
 
 
 def exact_budget(kv_cache_memory_bytes: int) -> Budget:
@@ -352,51 +278,106 @@ class MeasuredMemory(TypedDict, total=False):
     cudagraph_bytes: int | None
 
 
+@dataclass(frozen=True)
+class ServingFlags:
+    """The vLLM flags and facts the profile depends on; None = vLLM's default for the version and GPU."""
+
+    vllm_version: str | None = None
+    #: "V0" for VLLM_USE_V1=0 (up to 0.10); None = the version's default engine
+    engine: str | None = None
+    gpu_name: str | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enforce_eager: bool = False
+    sampler: str = DEFAULT_SAMPLER
+    #: LLM(...) in Python (UsageContext.LLM_CLASS) rather than `vllm serve`
+    offline: bool = False
+    mxfp4_backend: str = DEFAULT_MXFP4_BACKEND
+
+
+def _measured(**values: int | None) -> tuple[str, ...]:
+    return tuple(name for name, value in values.items() if value is not None)
+
+
 def estimate_budget(
     spec: ModelSpec,
     layout: KVLayout,
     *,
     gpu_memory_bytes: int,
     gpu_memory_utilization: float,
-    max_num_batched_tokens: int = 2048,
+    max_num_batched_tokens: int | None = None,
     vllm_version: str | None = None,
     activation_bytes: int | None = None,
     non_torch_bytes: int | None = None,
     cudagraph_bytes: int | None = None,
     weights: int | None = None,
+    flags: ServingFlags | None = None,
 ) -> Budget:
-    """``total × utilization − weights − activation − non-torch (− CUDA graphs on ≥ 0.21)``.
+    """``budget = total × util − W − max(F, S) − N − G`` on the most loaded rank.
 
-    vLLM ``Worker.determine_available_memory`` (``vllm/v1/worker/gpu_worker.py``): the
-    utilization is a fraction of TOTAL memory per GPU. The CUDA-graph term is
-    subtracted only from v0.21.0 (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
-    default on); ``vllm_version=None`` means the newest rules. The result
-    may be ≤ 0; ``num_blocks`` refuses it as vLLM does.
+    vLLM ``Worker.determine_available_memory`` (``vllm/v1/worker/gpu_worker.py``; V0
+    ``vllm/worker/worker.py`` ``determine_num_available_blocks``): the utilization is a fraction of
+    TOTAL memory per GPU; ``W`` from :mod:`.weights`, ``F``, ``S``, ``N``, ``G`` from
+    :mod:`.profile_terms` under the version's rules (:mod:`.vllm_rules`) and profile batch
+    (:mod:`.batch_defaults`). Each term given as a measured value replaces its estimate.
+    ``vllm_version=None`` means the newest rules. The result may be ≤ 0; ``num_blocks`` refuses it
+    as vLLM does.
     """
     if gpu_memory_bytes <= 0:
         raise CapacityError(f"--gpu-memory: must be more than 0 bytes, got {gpu_memory_bytes}")
     util = check_utilization(gpu_memory_utilization)
+    f = flags or ServingFlags(vllm_version=vllm_version, max_num_batched_tokens=max_num_batched_tokens)
+    rules = rules_for(f.vllm_version if f.vllm_version is not None else vllm_version, f.engine)
+    batch = profile_batch(
+        rules,
+        gpu_name=f.gpu_name,
+        gpu_memory_bytes=gpu_memory_bytes,
+        max_model_len=layout.max_model_len,
+        max_num_seqs=f.max_num_seqs,
+        max_num_batched_tokens=f.max_num_batched_tokens or max_num_batched_tokens,
+        offline=f.offline,
+    )
     requested = int(gpu_memory_bytes * util)
-    if cudagraph_bytes is None:
-        v = parse_version(vllm_version)
-        cudagraph_bytes = cudagraph_estimate_bytes(layout) if v is None or v >= CUDAGRAPH_BUDGET_SINCE else 0
-    rest = non_kv_bytes(
-        spec,
-        layout,
-        max_num_batched_tokens=max_num_batched_tokens,
-        weights=weights,
-        activation_bytes=activation_bytes,
-        non_torch_bytes=non_torch_bytes,
-        cudagraph_bytes=cudagraph_bytes,
+    w = (
+        _weights.weights_bytes(
+            spec, tp=layout.tp, pp=layout.pp, dtype=layout.served_dtype, mxfp4_backend=f.mxfp4_backend
+        )
+        if weights is None
+        else weights
+    )
+    forward = _terms.forward_bytes(
+        spec, tokens=batch.max_num_batched_tokens, tp=layout.tp, activation_bytes=dtype_bytes(layout.served_dtype)
+    )
+    # Only the last pipeline stage samples; with PP the most loaded rank may not, but the budget is the
+    # minimum over ranks, and the last stage's is the smaller one.
+    sampler = _terms.sampler_bytes(spec, rows=batch.sampler_rows, sampler=f.sampler)
+    act = max(forward, sampler) if activation_bytes is None else activation_bytes
+    nt = (
+        _terms.non_torch_bytes(rules, tp=layout.tp, pp=layout.pp, gpu_name=f.gpu_name)
+        if non_torch_bytes is None
+        else non_torch_bytes
+    )
+    graphs = (
+        _terms.cudagraph_bytes(spec, rules, enforce_eager=f.enforce_eager)
+        if cudagraph_bytes is None
+        else cudagraph_bytes
     )
     return Budget(
-        kv_budget_bytes=requested - int(rest.total),
+        kv_budget_bytes=requested - (w + act + nt + graphs),
         requested_bytes=requested,
-        weights_bytes=rest.weights,
-        activation_bytes=rest.activation,
-        non_torch_bytes=rest.non_torch,
-        cudagraph_bytes=cudagraph_bytes,
+        weights_bytes=w,
+        activation_bytes=act,
+        non_torch_bytes=nt,
+        cudagraph_bytes=graphs,
         gpu_memory_bytes=gpu_memory_bytes,
         gpu_memory_utilization=util,
         source="estimated",
+        forward_bytes=forward,
+        sampler_bytes=sampler,
+        batch=batch,
+        rules=rules,
+        sampler=f.sampler,
+        measured=_measured(
+            weights=weights, activation=activation_bytes, non_torch=non_torch_bytes, cudagraph=cudagraph_bytes
+        ),
     )

@@ -11,13 +11,26 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from .. import files
 from .blocks import parse_version
-from .budget import check_utilization, estimate_budget, exact_budget, parse_memory, weights_bytes
+from .budget import (
+    ServingFlags,
+    check_utilization,
+    estimate_budget,
+    exact_budget,
+    gpu_name,
+    parse_memory,
+    weights_bytes,
+)
 from .config import load_model
 from .dtypes import KV_CACHE_DTYPES, SERVED_DTYPES
 from .errors import CapacityError
+from .explain import comparison_lines, explain_lines
 from .layout import DEFAULT_MAX_NUM_BATCHED_TOKENS, kv_layout
+from .profile_terms import DEFAULT_SAMPLER, SAMPLER_FACTORS
+from .startup_log import LoggedProfile, parse_startup_log
 from .table import RENDERERS, build_table
+from .weights import DEFAULT_MXFP4_BACKEND, MXFP4_PADDING
 
 #: Context lengths of the tables when none are given; those above the served ``max_model_len``
 #: are dropped and ``max_model_len`` itself becomes the last column (a 4K model shows 4096 only).
@@ -92,9 +105,34 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     a("--max-model-len", metavar="N", help="max tokens per request (default: the model's max_position_embeddings)")
     a(
         "--max-num-batched-tokens",
-        default=str(DEFAULT_MAX_NUM_BATCHED_TOKENS),
         metavar="N",
-        help="per-step token budget; sets activation memory and sliding-window caps (default: %(default)s)",
+        help="per-step token budget: the profile's forward peak and sliding-window caps"
+        " (default: the vLLM version's default for the GPU)",
+    )
+    a(
+        "--max-num-seqs",
+        metavar="N",
+        help="requests per step: the profile's sampler warm-up (default: by version and GPU)",
+    )
+    a("--enforce-eager", action="store_true", help="no CUDA graphs (vLLM >= 0.21 then subtracts none)")
+    a(
+        "--sampler",
+        default=DEFAULT_SAMPLER,
+        choices=sorted(SAMPLER_FACTORS),
+        help="vLLM's top-k/top-p implementation in the profile (default: %(default)s, the largest)",
+    )
+    a(
+        "--mxfp4-backend",
+        default=DEFAULT_MXFP4_BACKEND,
+        choices=sorted(MXFP4_PADDING),
+        help="MXFP4 MoE kernel, which sets the experts' padding (default: %(default)s, the largest)",
+    )
+    a("--vllm-engine", choices=("V0", "V1"), help="V0 for VLLM_USE_V1=0 (up to 0.10); default: the version's")
+    a("--explain", action="store_true", help="print the budget's terms as vLLM's memory-profiling line does")
+    a(
+        "--from-log",
+        metavar="FILE",
+        help="a vLLM start-up log: take its version, TP, GPU memory and utilization, and show each term's error",
     )
     a("--kv-cache-memory-bytes", metavar="SIZE", help="KV budget per GPU (vLLM then ignores the utilization)")
     a(
@@ -197,13 +235,48 @@ def _memory_flag(raw: str, flag: str) -> int:
         raise CapacityError(f"{flag}: {raw!r} is not a size (write 6442450944, 6GiB or 6GB)") from None
 
 
+def _read_log(path: str | None) -> LoggedProfile | None:
+    if path is None:
+        return None
+    try:
+        text = files.read_text(path, max_bytes=64 << 20, what="a vLLM start-up log")
+    except files.FileProblem as exc:
+        raise CapacityError(*(f"--from-log: {path}: {problem}" for problem in exc.problems)) from None
+    return parse_startup_log(text)
+
+
+def _apply_log(args: argparse.Namespace, logged: LoggedProfile | None) -> None:
+    """Fill the flags the user left at their defaults from what the log states."""
+    if logged is None:
+        return
+    if args.vllm_version is None and logged.version:
+        args.vllm_version = logged.version
+    if args.vllm_engine is None and logged.engine:
+        args.vllm_engine = logged.engine
+    if args.tensor_parallel_size == "1" and logged.tensor_parallel_size:
+        args.tensor_parallel_size = str(logged.tensor_parallel_size)
+    if args.max_model_len is None and logged.max_model_len:
+        args.max_model_len = str(logged.max_model_len)
+    if logged.enforce_eager:
+        args.enforce_eager = True
+    if args.sampler == DEFAULT_SAMPLER and logged.sampler:
+        args.sampler = logged.sampler
+    if args.gpu_memory is None and logged.total_gib:
+        args.gpu_memory = f"{logged.total_gib}GiB"
+    if args.gpu_memory_utilization == DEFAULT_UTILIZATION and logged.utilization:
+        args.gpu_memory_utilization = str(logged.utilization)
+
+
 def table_text(args: argparse.Namespace) -> str:
     """The rendered table for parsed arguments (raises CapacityError on bad input)."""
     spec = load_model(args.model_config)
+    logged = _read_log(args.from_log)
+    _apply_log(args, logged)
     tp = _int(args.tensor_parallel_size, "--tensor-parallel-size")
     pp = _int(args.pipeline_parallel_size, "--pipeline-parallel-size")
     max_model_len = _optional_int(args.max_model_len, "--max-model-len")
-    mbt = _int(args.max_num_batched_tokens, "--max-num-batched-tokens")
+    mbt_flag = _optional_int(args.max_num_batched_tokens, "--max-num-batched-tokens")
+    mbt = mbt_flag or DEFAULT_MAX_NUM_BATCHED_TOKENS
     contexts = _int_list(args.context_lengths, "--context-lengths") if args.context_lengths else None
     concurrency = _int_list(args.concurrency, "--concurrency")
     utilization = _fraction(args.gpu_memory_utilization, "--gpu-memory-utilization")
@@ -241,15 +314,31 @@ def table_text(args: argparse.Namespace) -> str:
     if args.kv_cache_memory_bytes is not None:
         budget = exact_budget(_memory_flag(args.kv_cache_memory_bytes, "--kv-cache-memory-bytes"))
     elif gpu_memory is not None:
+        flags = ServingFlags(
+            vllm_version=version,
+            engine=args.vllm_engine,
+            gpu_name=gpu_name(args.gpu_memory),
+            max_num_seqs=_optional_int(args.max_num_seqs, "--max-num-seqs"),
+            max_num_batched_tokens=mbt_flag,
+            enforce_eager=args.enforce_eager,
+            sampler=args.sampler,
+            mxfp4_backend=args.mxfp4_backend,
+        )
         budget = estimate_budget(
             spec,
             layout,
             gpu_memory_bytes=gpu_memory,
             gpu_memory_utilization=utilization,
-            max_num_batched_tokens=mbt,
-            vllm_version=version,
-            weights=weights,
+            weights=weights if args.weights_memory is not None else None,
+            flags=flags,
         )
+        if args.explain or logged is not None:
+            lines = explain_lines(budget, spec)
+            if logged is not None:
+                lines += [""] + comparison_lines(budget, logged)
+            return "\n".join(lines) + "\n"
+    elif args.explain or logged is not None:
+        raise CapacityError("--explain: give --gpu-memory (a size or a GPU name such as H100-80GB)")
     table = build_table(
         spec,
         layout,

@@ -16,6 +16,7 @@ from typing import Any
 from .. import files
 from ..limits import LIMITS, OutOfRange, finite_number, whole_number
 from .errors import CapacityError
+from .hub_defaults import fill_class_defaults
 
 #: Where multimodal / composite configs keep the language model's config, in
 #: the order vLLM's ``get_hf_text_config`` looks (``thinker_config`` first).
@@ -25,15 +26,6 @@ _TEXT_CONFIG_PATHS: tuple[tuple[str, ...], ...] = (
     ("llm_config",),
     ("language_config",),
 )
-
-#: transformers' defaults for fields that abridged text configs omit (the
-#: saved gemma-3-27b-it config has no vocab_size / max_position_embeddings /
-#: sliding_window_pattern in its text_config; transformers fills them in).
-_TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemma3_text": {"vocab_size": 262208, "max_position_embeddings": 131072, "sliding_window_pattern": 6},
-    "gemma2": {"sliding_window": 4096},
-    "cohere2": {"sliding_window_pattern": 4},
-}
 
 #: Models with no paged KV cache at all, or whose state we do not model yet.
 #: Each maps to the reason shown to the user.
@@ -88,6 +80,8 @@ class ModelSpec:
     is_mla: bool
     #: ``metadata.total_size`` of ``model.safetensors.index.json`` when present.
     safetensors_total_bytes: int | None = None
+    #: fields config.json left out, filled with its model_type's class defaults (``hub_defaults.py``)
+    defaulted: tuple[str, ...] = ()
     text: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -152,14 +146,25 @@ def _safetensors_total_size(index: Path) -> int | None:
         raise CapacityError(f"{index}: {exc} (fix or remove the index file)") from None
 
 
+def _defaulted_fields(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The fields :func:`resolve_text_config` took from the model_type's class defaults."""
+    return fill_class_defaults(_merged_text_config(config))[1]
+
+
 def resolve_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """The language model's config inside a composite (multimodal) config.
 
     Follows vLLM's ``get_hf_text_config``: ``thinker_config.text_config``,
     ``text_config``, ``llm_config``, ``language_config``; else the config
     itself. Top-level fields the nested config lacks (dtype, quantization)
-    are inherited, then transformers' defaults for the nested model type.
+    are inherited, then transformers' class defaults for the nested model type
+    (``hub_defaults.py``).
     """
+    return fill_class_defaults(_merged_text_config(config))[0]
+
+
+def _merged_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The nested text config with the top-level fields it lacks (dtype, quantization, tying)."""
     text: Mapping[str, Any] = config
     for path in _TEXT_CONFIG_PATHS:
         node: Any = config
@@ -173,8 +178,6 @@ def resolve_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
         for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings", "architectures"):
             if merged.get(key) is None and config.get(key) is not None:
                 merged[key] = config[key]
-    for key, value in _TRANSFORMERS_DEFAULTS.get(str(merged.get("model_type", "")), {}).items():
-        merged.setdefault(key, value)
     return merged
 
 
@@ -414,6 +417,7 @@ def spec_from_dict(
     if problems:
         raise CapacityError(*problems)
     text = {**resolve_text_config(config), **fields}  # 1.6e4 -> 16000, for the arithmetic after
+    defaulted = _defaulted_fields(config)
     architectures = text.get("architectures") or config.get("architectures") or []
     model_type = str(text.get("model_type") or config.get("model_type") or "")
     if not architectures and not model_type:
@@ -458,5 +462,6 @@ def spec_from_dict(
         quantization=quant if isinstance(quant, Mapping) else None,
         is_mla=mla,
         safetensors_total_bytes=safetensors_total_bytes,
+        defaulted=defaulted,
         text=text,
     )

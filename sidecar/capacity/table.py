@@ -89,6 +89,7 @@ def build_table(
         "bytes_per_token": layout.bytes_per_token,
         "bytes_per_token_all_layers": layout.bytes_per_token_all_layers,
         "per_request_state_bytes": layout.per_request_state_bytes,
+        "defaulted_fields": list(spec.defaulted),
         "weights_bytes": weights,
         "weights_source": (
             "given" if weights_given else "safetensors-index" if spec.safetensors_total_bytes else "config-shapes"
@@ -100,7 +101,7 @@ def build_table(
     if budget is not None:
         blocks = num_blocks(layout, budget.kv_budget_bytes)
         out.update(
-            budget={k: getattr(budget, k) for k in budget.__dataclass_fields__},
+            budget=budget.as_dict(),
             kv_budget_bytes=budget.kv_budget_bytes,
             num_blocks=blocks,
             capacity_tokens=blocks * layout.block_size,
@@ -148,6 +149,11 @@ def _summary_lines(r: dict[str, Any]) -> list[str]:
             f" bounded per request: {r['per_request_state_bytes']:,} B;"
             f" {r['num_groups']} KV groups of {r['group_size']}"
         )
+    if r.get("defaulted_fields"):
+        lines.append(
+            f"Defaults       config.json leaves out {', '.join(r['defaulted_fields'])}:"
+            f" {r['model_type']}'s class defaults, as transformers fills them"
+        )
     source = "--weights-memory" if r["weights_source"] == "given" else r["weights_source"]
     lines.append(f"Weights        {_gib(r['weights_bytes'])} per rank (from {source})")
     if r["inflection_context_length"]:
@@ -178,6 +184,13 @@ def _budget_lines(r: dict[str, Any]) -> list[str]:
             f" {_gib(b['activation_bytes'])} - non-torch {_gib(b['non_torch_bytes'])} - CUDA graphs"
             f" {_gib(b['cudagraph_bytes'])} = {_gib(b['kv_budget_bytes'])} for KV"
         )
+        if b.get("max_num_seqs"):
+            head += (
+                f"\n                    activation = max(forward {_gib(b['forward_bytes'])} over"
+                f" {b['max_num_batched_tokens']:,} tokens, sampler {_gib(b['sampler_bytes'])} over"
+                f" {min(b['max_num_seqs'], b['max_num_batched_tokens']):,} sequences); rules {b['rules']}"
+                " (--explain for each term's source)"
+            )
     lines = [
         head,
         f"Blocks          {r['num_blocks']:,} x {r['block_size']} tokens = {r['capacity_tokens']:,} tokens"

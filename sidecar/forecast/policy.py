@@ -27,7 +27,7 @@ levers empty) when there is nothing to say. Formulas: docs/forecast.md
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..capacity.budget import NonKVBytes
@@ -38,6 +38,7 @@ from .sizing import (
     capacity_with_kv_dtype,
     capacity_with_kv_heads,
     infer_gpu_memory,
+    max_concurrent_requests,
     max_model_len_for_concurrency,
     suggest_gpu_memory_utilization,
     suggest_kv_cache_memory_bytes,
@@ -266,3 +267,209 @@ def _levers(c_max: float, bs: int, pool: Pool, model: ServedModel | None) -> dic
         if pool.max_model_len is None or shorter < pool.max_model_len:
             levers["max_model_len"] = shorter
     return levers
+
+
+# --- the capacity a suggestion gives, and the flags that set it ------------------------------
+
+
+def capacity_after(advice: Advice, pool: Pool, model: ServedModel | None) -> float | None:
+    """vLLM's capacity (null block included) one replica gets from the advice; None: nothing to compute.
+
+    A suggested ``kv_cache_memory_bytes``: its whole blocks (``get_num_blocks`` in
+    ``vllm/v1/core/kv_cache_utils.py`` floors the budget to pages). A suggested utilization:
+    :func:`~sidecar.forecast.sizing.capacity_at_utilization` with the GPU memory the suggestion
+    used. ``enable_fp8_kv_cache``: the fp8 lever's pool. Anything else keeps the current pool.
+    """
+    bs, c0 = pool.block_size, pool.capacity_tokens
+    if advice.recommendation.action == "enable_fp8_kv_cache" and "fp8_kv_cache" in advice.lever_capacity_tokens:
+        return float(advice.lever_capacity_tokens["fp8_kv_cache"])
+    if advice.suggested_kv_cache_memory_bytes is not None:
+        bpt = model.bytes_per_token if model is not None else None
+        if bpt is None and pool.kv_cache_memory_bytes:
+            bpt = pool.kv_cache_memory_bytes / c0  # as advise() does without model.config
+        if not bpt:
+            return None
+        # 1e-6 of a block: the suggestion is C* × bpt rounded to a byte, which must not lose C*'s last block
+        return float(math.floor(advice.suggested_kv_cache_memory_bytes / (bs * bpt) + 1e-6) * bs)
+    u0 = pool.gpu_memory_utilization
+    if advice.suggested_gpu_memory_utilization is None or model is None or not u0:
+        return None
+    memory, _basis = gpu_memory_of(model, c0, model.bytes_per_token, u0)  # the M the suggestion used
+    return float(
+        capacity_at_utilization(
+            u=advice.suggested_gpu_memory_utilization[1],
+            u0=u0,
+            capacity_tokens=c0,
+            bytes_per_token=model.bytes_per_token,
+            gpu_memory_bytes=memory,
+            block_size=bs,
+        )
+    )
+
+
+def utilization_text(u: float) -> str:
+    """``--gpu-memory-utilization`` as it is printed: rounded *up* to 0.001, at least two decimals.
+
+    Up, so that setting the printed value gives at least the capacity the effect was computed for.
+    """
+    up = math.ceil(u * 1000 - 1e-6) / 1000
+    text = f"{up:.3f}"
+    return text[:-1] if text.endswith("0") else text
+
+
+def current_flags(pool: Pool) -> tuple[str, ...]:
+    """The memory flag vLLM runs with now, as it would be written on its command line."""
+    if pool.kv_cache_memory_bytes:
+        return (f"--kv-cache-memory-bytes {int(pool.kv_cache_memory_bytes)}",)
+    if pool.gpu_memory_utilization:
+        return (f"--gpu-memory-utilization {pool.gpu_memory_utilization:.2f}",)
+    return ()
+
+
+def flags_to_set(advice: Advice, pool: Pool) -> tuple[str, ...]:
+    """The exact flags the advice sets (empty: nothing to change, or no value computable).
+
+    The memory setting when one is suggested and differs from today's, then ``--kv-cache-dtype fp8``
+    for ``enable_fp8_kv_cache`` and ``--max-model-len N`` for ``lower_max_model_len``.
+    """
+    action = advice.recommendation.action
+    if action == "none":
+        return ()
+    out: list[str] = []
+    kv, u = advice.suggested_kv_cache_memory_bytes, advice.suggested_gpu_memory_utilization
+    if kv is not None and kv != pool.kv_cache_memory_bytes:
+        out.append(f"--kv-cache-memory-bytes {kv}")
+    elif u is not None and utilization_text(u[1]) != utilization_text(pool.gpu_memory_utilization or 0):
+        out.append(f"--gpu-memory-utilization {utilization_text(u[1])}")
+    if action == "enable_fp8_kv_cache":
+        out.append("--kv-cache-dtype fp8")
+    if action == "lower_max_model_len" and "max_model_len" in advice.lever_capacity_tokens:
+        out.append(f"--max-model-len {int(advice.lever_capacity_tokens['max_model_len'])}")
+    return tuple(out)
+
+
+# --- one recommendation per workload ---------------------------------------------------------
+
+#: A replica is "hot" when its own peak demand exceeds the workload's even share by more than this
+#: share: a skewed router or session affinity, a routing finding rather than a sizing one.
+UNEVEN_MARGIN = 0.25
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One pod of a workload, as the workload's advice reads it."""
+
+    name: str
+    peak_demand_tokens: float
+    pool: Pool
+
+
+@dataclass(frozen=True)
+class WorkloadAdvice:
+    """One recommendation for every replica of a workload (namespace, model, and the owner when known).
+
+    ``advice`` is :func:`advise` on one replica carrying the even share of the workload's peak
+    (what a balanced router gives each), so replicas of one Deployment never get different advice.
+    """
+
+    advice: Advice
+    block_size: int
+    replicas_now: int
+    #: the workload's peak demand (the largest sum over its replicas at one time)
+    peak_demand_tokens: float
+    #: the even share: peak ÷ replicas_now
+    even_share_tokens: float
+    #: the flags vLLM runs with now, and those to set (e.g. ``--gpu-memory-utilization 0.93``)
+    current_flags: tuple[str, ...]
+    set_flags: tuple[str, ...]
+    #: one replica's capacity (vLLM's figure) now, and with the advice applied
+    capacity_now_tokens: float
+    capacity_after_tokens: float
+    #: replicas for the peak at target_usage: at today's setting, and with the advice applied
+    replicas_needed_now: int
+    replicas_needed: int
+    #: where the peak would sit with ``replicas_needed`` replicas at ``capacity_after_tokens``
+    peak_usage_after_ratio: float
+    #: requests of max_model_len that fit one replica now and after (None: max_model_len unknown)
+    concurrency_now: int | None
+    concurrency_after: int | None
+    #: replicas whose own peak exceeded the even share by more than :data:`UNEVEN_MARGIN`, hottest first
+    hot_replicas: tuple[str, ...]
+    #: the replicas do not all run the same pool (a rollout in progress, or hand-edited pods)
+    mixed_pools: bool
+
+
+def advise_workload(
+    *,
+    replicas: Sequence[Replica],
+    peak_demand_tokens: float,
+    watched_s: float,
+    model: ServedModel | None,
+    settings: AdviceSettings,
+) -> WorkloadAdvice | None:
+    """The workload's one recommendation, the replicas it needs, and whether its load is uneven.
+
+    ``peak_demand_tokens`` is the workload's peak (the largest sum over its replicas at one time;
+    never more than the sum of their own peaks). The pool is the smallest replica's (a suggestion
+    sized on it holds on every replica). Replicas needed: :func:`~sidecar.forecast.sizing.suggested_replicas`
+    of the workload's peak at the capacity one replica has now and after the advice. With one
+    replica the advice is :func:`advise`'s on it: the daemon's per-pod gauges. None when no replica
+    has a usable pool.
+    """
+    usable = [r for r in replicas if r.pool.capacity_tokens > r.pool.block_size > 0]
+    if not usable:
+        return None
+    n = len(usable)
+    pool = min(usable, key=lambda r: (r.pool.capacity_tokens, r.name)).pool
+    share = peak_demand_tokens / n
+    advice = advise(peak_demand_tokens=share, watched_s=watched_s, pool=pool, model=model, settings=settings)
+    bs, target = pool.block_size, settings.target_usage
+    after = capacity_after(advice, pool, model) if advice.recommendation.action != "none" else None
+    if after is None or after <= bs:
+        after = pool.capacity_tokens
+
+    def needed(capacity: float) -> int:
+        return suggested_replicas(
+            peak_demand_tokens=peak_demand_tokens,
+            target_usage=target,
+            capacity_per_replica_tokens=capacity,
+            block_size=bs,
+        )
+
+    replicas_after = needed(after)
+    hot = sorted(
+        (r for r in usable if n > 1 and r.peak_demand_tokens > (1 + UNEVEN_MARGIN) * share),
+        key=lambda r: (-r.peak_demand_tokens, r.name),
+    )
+    settings_seen = {
+        (r.pool.capacity_tokens, r.pool.gpu_memory_utilization, r.pool.kv_cache_memory_bytes) for r in usable
+    }
+    return WorkloadAdvice(
+        advice=advice,
+        block_size=bs,
+        replicas_now=n,
+        peak_demand_tokens=peak_demand_tokens,
+        even_share_tokens=share,
+        current_flags=current_flags(pool),
+        set_flags=flags_to_set(advice, pool),
+        capacity_now_tokens=pool.capacity_tokens,
+        capacity_after_tokens=after,
+        replicas_needed_now=needed(pool.capacity_tokens),
+        replicas_needed=replicas_after,
+        peak_usage_after_ratio=peak_demand_tokens / (replicas_after * (after - bs)),
+        concurrency_now=_concurrency(pool.capacity_tokens, pool),
+        concurrency_after=_concurrency(after, pool),
+        hot_replicas=tuple(r.name for r in hot),
+        mixed_pools=len(settings_seen) > 1,
+    )
+
+
+def _concurrency(capacity: float, pool: Pool) -> int | None:
+    """Requests of ``max_model_len`` tokens that fit one replica's usable blocks (None: length unknown)."""
+    if not pool.max_model_len:
+        return None
+    return max_concurrent_requests(
+        usable_blocks=int(capacity // pool.block_size) - 1,
+        request_tokens=pool.max_model_len,
+        block_size=pool.block_size,
+    )

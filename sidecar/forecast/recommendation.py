@@ -41,6 +41,30 @@ REASONS: dict[str, str] = {
 
 MEMORY_MODES = ("gpu_memory_utilization", "kv_cache_memory_bytes")
 
+#: What each ``action`` says to a reader (dashboards' value mappings, the report): never the raw enum.
+ACTION_TEXT: dict[str, str] = {
+    "none": "nothing to change",
+    "raise_gpu_memory_utilization": "raise --gpu-memory-utilization",
+    "lower_gpu_memory_utilization": "lower --gpu-memory-utilization",
+    "raise_kv_cache_memory_bytes": "raise --kv-cache-memory-bytes",
+    "lower_kv_cache_memory_bytes": "lower --kv-cache-memory-bytes",
+    "enable_fp8_kv_cache": "enable an fp8 KV cache (--kv-cache-dtype fp8)",
+    "add_replicas": "add replicas",
+    "lower_max_model_len": "lower --max-model-len",
+}
+
+#: What each ``reason`` says to a reader, short enough for a table cell.
+REASON_TEXT: dict[str, str] = {
+    "engine_asleep": "vLLM is asleep",
+    "insufficient_data": "not enough data yet",
+    "within_target": "the peak sits near the target",
+    "peak_above_target": "the peak is above the target",
+    "peak_below_target": "the peak is well below the target: memory can be given back",
+    "shortfall_fp8_covers": "one GPU is too small even at the upper bound; an fp8 KV cache fits",
+    "shortfall_at_upper_bound": "one GPU is too small even at the upper bound",
+    "max_model_len_blocks_lowering": "one --max-model-len request must still fit",
+}
+
 
 @dataclass(frozen=True)
 class Recommendation:

@@ -280,3 +280,51 @@ def max_model_len_for_concurrency(*, usable_blocks: int, block_size: int, concur
     _positive("concurrency", concurrency)
     _positive("block_size", block_size)
     return (max(0, int(usable_blocks)) // int(concurrency)) * block_size
+
+
+# --- the GPU memory a sidecar's exports imply -------------------------------------------------
+
+
+def gpu_memory_from_largest_pool(
+    *, max_capacity_tokens: float, u_max: float, u0: float, capacity_tokens: float, bytes_per_token: float
+) -> float | None:
+    """``M = (C_max − C0) × bytes_per_token ÷ (u_max − u0)``: the inverse of :func:`capacity_at_utilization`.
+
+    ``C_max`` is the pool a sidecar found at the upper bound ``u_max`` (``forecast.utilization_max``),
+    which it exports with a shortfall as ``kvcache_lever_capacity_tokens{lever="fp8_kv_cache"} ÷
+    kv_dtype_bytes`` (:func:`capacity_with_kv_dtype` of ``C_max``). The sidecar computed it with the
+    GPU memory it was given or inferred from ``model.config``, so a report without that file sizes the
+    same way. ``C_max`` is whole blocks, so ``M`` is low by less than one block's bytes ÷ (u_max − u0).
+    None when it cannot be inverted (``u_max ≤ u0`` or a pool no larger than today's).
+    """
+    if not (u_max > u0 and max_capacity_tokens > capacity_tokens and bytes_per_token > 0):
+        return None
+    return (max_capacity_tokens - capacity_tokens) * bytes_per_token / (u_max - u0)
+
+
+def gpu_memory_from_suggestion(
+    *,
+    suggested: float,
+    u0: float,
+    capacity_tokens: float,
+    peak_demand_tokens: float,
+    target_usage: float,
+    bytes_per_token: float,
+    block_size: int,
+    lo: float,
+    hi: float,
+) -> float | None:
+    """``M = (C* − C0) × bytes_per_token ÷ (u* − u0)``: the inverse of :func:`suggest_gpu_memory_utilization`.
+
+    ``suggested`` is the largest ``kvcache_suggested_gpu_memory_utilization`` a sidecar exported in the
+    period, which it computed on its peak window's demand; the largest one belongs to the period's
+    peak demand (``u*`` grows with the peak), given here. None where the suggestion was clamped to
+    ``[lo, hi]`` (it says nothing of ``M`` there) or equals ``u0``, or the signs disagree.
+    """
+    if not (lo < suggested < hi) or abs(suggested - u0) < 1e-6:
+        return None
+    wanted = required_capacity_tokens(
+        peak_demand_tokens=peak_demand_tokens, target_usage=target_usage, block_size=block_size
+    )
+    memory = (wanted - capacity_tokens) * bytes_per_token / (suggested - u0)
+    return memory if memory > 0 else None

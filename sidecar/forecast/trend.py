@@ -199,9 +199,9 @@ def envelope_level(
     Theil–Sen's intercept (Sen 1968): the median of ``y_i + rate × (at − t_i)``
     over the envelope points of :func:`fill_rate`. Requests finishing make the
     demand a sawtooth, and it is the peaks, not the troughs, that run the cache
-    out: time until full is measured from this level (see :func:`time_until`),
-    so a scrape that happens to land in a trough does not add minutes to the
-    forecast.
+    out: on a rising trend, :func:`earliest_full` raises the level now
+    (:func:`recent_peak`) towards this one, so a scrape that happens to land in
+    a trough does not add minutes to the forecast.
     """
     return _level(upper_envelope(_finite_points(samples), segments, segment_s), rate, at)
 
@@ -249,8 +249,33 @@ def trend_over(
     return None if level is None else Trend(window_s, rate, level)
 
 
+def recent_peak(points: Sequence[tuple[float, float]], now: float, span_s: float) -> float | None:
+    """The highest demand sampled in ``[now − span_s, now]``: the level the demand's peaks stand at *now*.
+
+    ``points`` are time-sorted ``(t, demand)`` samples (the forecast layer's series); only their tail is
+    read. ``None`` when no finite sample falls in the span. :func:`earliest_full` measures the time
+    until full from this level, so that it follows the load within ``span_s`` when it drops (a trend
+    window's own level remembers its whole window).
+    """
+    best: float | None = None
+    for t, y in reversed(points):
+        if t < now - span_s:
+            break
+        if t <= now and math.isfinite(y) and (best is None or y > best):
+            best = y
+    return best
+
+
 def earliest_full(
-    trends: Iterable[Trend | None], *, demand: float, free_tokens: float, headroom_tokens: float, block_size: int
+    trends: Iterable[Trend | None],
+    *,
+    demand: float,
+    free_tokens: float,
+    headroom_tokens: float,
+    block_size: int,
+    used_tokens: float | None = None,
+    peak_now: float | None = None,
+    recent_s: float = 0.0,
 ) -> tuple[Trend | None, float | None, float | None]:
     """The trend that runs the cache out first, with its time until full and until the watermark.
 
@@ -262,27 +287,48 @@ def earliest_full(
     the same rise is consistent; a fast ramp is over before a long window sees
     it. So the trend is measured over several windows, each gated on its own,
     and the earliest time until full wins (ties: the first, i.e. shortest,
-    window). Each window's time is measured from its own peak level (see
-    :func:`time_until` and :func:`envelope_level`): ``free − (level − demand)``
-    tokens are left when the level is above the current demand.
+    window).
+
+    The rate is the window's; the level the time is measured from is *now's*.
+    With ``peak_now`` (:func:`recent_peak` over the last ``recent_s`` seconds,
+    about one tooth of the request sawtooth), the level is ``peak_now``, raised
+    towards the window's trend line (:func:`envelope_level`) by at most
+    ``rate × recent_s`` (a rising trend whose latest tooth has not peaked yet):
+    ``free − (level − used)`` tokens are left, where ``used`` is ``used_tokens``
+    (default ``demand``). Measured from the window's level alone, a 40-minute
+    window kept a saturation's level for tens of minutes after the load
+    dropped, and the gauge read 0 all that time; measured from the current
+    demand alone, a saturated plateau read +Inf each time a request finished
+    (free > one block, no rising trend) and 0 at the next scrape. With
+    ``peak_now``, a cache whose peaks reached full within ``recent_s`` reads 0
+    whatever the trends (waiting requests count: the demand includes them), and
+    the gauge leaves 0 within ``recent_s`` of the load dropping. Without it, the
+    window's level is used, as before.
 
     The rule is ours, chosen on the scenario library (docs/forecast-validation.md,
     "How the estimator got here": 10 + 20 + 40 minutes gave the longest lead
-    without a false page).
+    without a false page; "What the time until full reads on real traffic": the
+    level now).
 
     Returns ``(trend, until_full, until_watermark)``; ``trend`` is ``None`` when
     no window has a trend yet, and then the times are only known when the cache
     is already full (0) (:func:`time_until`).
     """
+    ref = demand if used_tokens is None else used_tokens
+    base_above = 0.0 if peak_now is None else max(0.0, peak_now - ref)
     best: tuple[Trend | None, float | None, float | None] = (
         None,
-        time_until(free_tokens, None, block_size=block_size),
-        time_until(headroom_tokens, None, block_size=block_size),
+        time_until(max(0.0, free_tokens - base_above), None, block_size=block_size),
+        time_until(max(0.0, headroom_tokens - base_above), None, block_size=block_size),
     )
     for tr in trends:
         if tr is None:
             continue
-        above = max(0.0, tr.level - demand)
+        if peak_now is None:
+            level = tr.level
+        else:
+            level = min(max(tr.level, peak_now), peak_now + max(0.0, tr.rate) * recent_s)
+        above = max(0.0, level - ref, base_above)
         full = time_until(max(0.0, free_tokens - above), tr.rate, block_size=block_size)
         mark = time_until(max(0.0, headroom_tokens - above), tr.rate, block_size=block_size)
         if best[0] is None or (full is not None and (best[1] is None or full < best[1])):

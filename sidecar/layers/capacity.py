@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .. import capacity as cap
+from .. import model_discovery as discovery
+from ..capacity.vllm_rules import served_version
 from ..config import ModelSettings
 from ..derive import Derived
 from ..forecast.policy import ServedModel
@@ -73,6 +75,9 @@ class CapacityLayer:
         self._next_try = -math.inf
         self._problem: str | None = None  # why the model is not loaded, as last logged
         self._identity: tuple[int, int, int] | None = None  # the file that problem was about
+        self._path: str | None = None  # the config.json the loaded model was read from
+        #: where loading stands (kvcache_model_config_loaded's reason: sidecar.model_discovery.REASONS)
+        self.reason = discovery.WAITING
         self._tries = 0
         self._load(None)
 
@@ -88,58 +93,74 @@ class CapacityLayer:
         """Whether the model is loaded (the capacity gauges are published)."""
         return self._spec is not None
 
-    def _file_identity(self) -> tuple[int, int, int] | None:
-        path = self.settings.config or ""
+    @staticmethod
+    def _file_identity(path: str | None) -> tuple[int, int, int] | None:
         try:
-            st = os.stat(os.path.join(path, "config.json") if os.path.isdir(path) else path)
+            st = os.stat(path or "")
         except OSError:
             return None
         return (st.st_ino, st.st_size, st.st_mtime_ns)
 
-    def _load(self, now: float | None) -> None:
-        """Load ``model.config`` if it is not loaded: at most once per ``retry_s`` of sample time, and a
-        file that could not be used only once it changed. Logs when the wait starts and when it ends."""
-        if self._spec is not None or (now is not None and now < self._next_try):
+    def _load(self, now: float | None, model_name: str | None = None) -> None:
+        """Find and load the served model's config.json (:func:`sidecar.model_discovery.locate`): at most
+        once per ``retry_s`` of sample time, a file that could not be used only once it changed, and again
+        when the file found changes (a new revision or model in a hub cache). Logs when a wait starts and
+        when it ends; :attr:`reason` says where it stands (``kvcache_model_config_loaded``)."""
+        if now is not None and now < self._next_try:
             return
         self._next_try = -math.inf if now is None else now + self.retry_s
-        identity = self._file_identity()
+        found = discovery.locate(self.settings.config or "", model_name)
+        if found.path is not None and found.path == self._path and self._spec is not None:
+            return
+        if found.path is None:
+            self._drop(found.reason)
+            if self._problem != found.reason:
+                log.warning(
+                    "model.config: %s; the capacity gauges are absent until it is there "
+                    "(looked for every %gs; logged again when it is)",
+                    found.detail,
+                    self.retry_s,
+                )
+            self._problem, self._identity = found.reason, None
+            return
+        identity = self._file_identity(found.path)
         if self._problem is not None and identity is not None and identity == self._identity:
             return  # the same unusable file: nothing new to read
         self._tries += 1
-        m, path = self.settings, self.settings.config
+        m = self.settings
         try:
-            spec = cap.load_model(path or "")
+            spec = cap.load_model(found.path)
             cap.kv_layout(spec, tp=m.tensor_parallel_size, pp=m.pipeline_parallel_size, dtype=m.dtype)
-        except cap.ModelFileMissing:
-            if self._problem != "missing":
-                log.warning(
-                    "model.config %s: no such file yet; the capacity gauges are absent until it appears "
-                    "(looked for every %gs; logged again when it appears)",
-                    path,
-                    self.retry_s,
-                )
-            self._problem, self._identity = "missing", None
-            return
-        except cap.CapacityError as e:
+        except cap.CapacityError as e:  # ModelFileMissing too: removed between locate() and the read
             problem = "; ".join(e.problems)
             if problem != self._problem:
                 log.error(
                     "model.config %s cannot be used: %s; the capacity gauges are absent until the file is fixed "
                     "(kv-sidecar check-config names every problem)",
-                    path,
+                    found.path,
                     problem,
                 )
+            self._drop(discovery.INVALID)
             self._problem, self._identity = problem, identity
             return
-        if self._problem is not None:
+        if self._problem is not None or self._path is not None:
             log.info(
                 "model.config %s: loaded after %d attempt%s (%s); the capacity gauges are published",
-                path,
+                found.path,
                 self._tries,
                 "" if self._tries == 1 else "s",
                 spec.architecture,
             )
-        self._spec, self._problem, self._identity = spec, None, None
+        self._spec, self._path, self._problem, self._identity = spec, found.path, None, None
+        self._layouts.clear()
+        self._last = (None, None)
+        self.reason = discovery.LOADED
+
+    def _drop(self, reason: str) -> None:
+        """Forget the loaded model (its file is gone, or another one is due): no gauge from a stale model."""
+        self._spec, self._path, self.reason = None, None, reason
+        self._layouts.clear()
+        self._last = (None, None)
 
     def layout_for(self, cc: Mapping[str, str]) -> cap.KVLayout:
         """The layout vLLM built: block size and KV dtype as vLLM reports them in cache_config_info."""
@@ -197,6 +218,11 @@ class CapacityLayer:
                     layout,
                     gpu_memory_bytes=self.gpu_memory,
                     gpu_memory_utilization=util,
+                    flags=cap.ServingFlags(
+                        vllm_version=served_version(cc, m.vllm_version),
+                        gpu_name=cap.gpu_name(m.gpu_memory) if m.gpu_memory else None,
+                        max_num_batched_tokens=layout.max_num_batched_tokens,
+                    ),
                     weights=m.weights_memory,
                     activation_bytes=m.activation_memory,
                     non_torch_bytes=m.non_torch_memory,
@@ -204,7 +230,7 @@ class CapacityLayer:
                 )
                 estimated = self._tokens(layout, budget.kv_budget_bytes, max_len)
             except cap.CapacityError as e:  # e.g. the weights alone exceed the budget: no estimate, said once
-                budget, estimated = None, None
+                estimated = None  # the budget's terms stay: they say what took the memory
                 if ("estimate", obs.engine) not in self._warned:
                     self._warned.add(("estimate", obs.engine))
                     log.warning(
@@ -256,14 +282,16 @@ class CapacityLayer:
         return cap.capacity_tokens(layout, budget_bytes)
 
     def __call__(self, key: TargetModelEngine, history: History, now: float, d: Derived) -> dict[str, object]:
-        self._load(now)
+        self._load(now, key[1])
         obs = history[-1][1]
         th = self._theory(obs)
         self._follow(key, th)
+        loaded = {(self.reason,): 1.0 if self.reason == discovery.LOADED else 0.0}
         if not isinstance(th, Theory):
-            return {}
+            return {"kvcache_model_config_loaded": loaded}
         layout = th.layout
         out: dict[str, object] = {
+            "kvcache_model_config_loaded": loaded,
             "kvcache_theoretical_bytes_per_token": layout.bytes_per_token,
             "kvcache_model_info": {
                 (layout.architecture, layout.attention, layout.kv_dtype, str(layout.tp), str(layout.pp)): 1.0
@@ -279,6 +307,8 @@ class CapacityLayer:
             if actual is not None and tokens > 0:
                 efficiency[(budget,)] = actual / tokens
                 self._explain(key, budget, actual, tokens)
+        if th.budget is not None:
+            out["kvcache_budget_dominant_overhead_info"] = {(th.budget.dominant_overhead,): 1.0}
         if theoretical:
             out["kvcache_theoretical_capacity_tokens"] = theoretical
         if efficiency:

@@ -6,7 +6,11 @@ and the advice (``kvcache_suggested_*``, shortfall, replicas, levers,
 ``kvcache_recommendation_info``); formulas in docs/forecast.md. The numbers are
 the pure functions of :mod:`sidecar.forecast`; what to suggest and what to
 withhold is :func:`sidecar.forecast.policy.advise`. This layer keeps, per engine,
-the demand series the trend and the peak are read from.
+the demand series the trend and the peak are read from, and when the engine started
+(``kvcache_engine_start_time_seconds``: the sample time the sidecar first saw it, moved to
+the scrape at which ``vllm:prompt_tokens_total`` went down, i.e. vLLM restarted; Prometheus'
+counter-reset rule, docs "Counter"), which ``KVCacheFullSoon`` is guarded on: a server that
+starts under load fills from empty in a minute, which is not a capacity problem.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from .. import forecast as fc
 from ..config import ForecastSettings
 from ..derive import Derived
 from ..forecast.policy import Advice, AdviceSettings, Pool, ServedModel, advise
+from ..forecast.trend import DEFAULT_SEGMENTS
 from ..observation import Histogram, Observation
 from ..state import History, TargetModelEngine
 from .cache_labels import label_float, max_model_len
@@ -64,6 +69,9 @@ class ForecastLayer:
         self._peaks: dict[TargetModelEngine, deque[tuple[float, float]]] = {}
         #: per engine: the sample time the layer first saw it (advice to lower needs a whole peak window)
         self._first_seen: dict[TargetModelEngine, float] = {}
+        #: per engine: when its current process started as far as the sidecar can tell (first seen, or the
+        #: latest restart): kvcache_engine_start_time_seconds
+        self._started: dict[TargetModelEngine, float] = {}
         #: per engine: sample times at which vLLM restarted (prompt_tokens counter went down)
         self._resets: dict[TargetModelEngine, list[float]] = {}
         self._last_counter: dict[TargetModelEngine, float] = {}
@@ -98,6 +106,7 @@ class ForecastLayer:
         )
         out["kvcache_demand_tokens"] = demand
         series = self._record(key, now, demand, obs)
+        out["kvcache_engine_start_time_seconds"] = self._started[key]
 
         concurrency = self._concurrency(pool.usable_blocks, bs, obs, start, mean_prompt, mean_gen)
         if concurrency:
@@ -167,12 +176,17 @@ class ForecastLayer:
             )
             for w in fs.windows_s
         ]
+        # the level now: the peak of about one tooth of the sawtooth, the shortest window's slice (docs/forecast.md)
+        recent_s = max(fs.windows_s[0] / DEFAULT_SEGMENTS, fs.segment_s or 0.0)
         best, until_full, until_mark = fc.earliest_full(
             trends,
             demand=demand,
             free_tokens=d.free_tokens if d.free_tokens is not None else 0,
             headroom_tokens=d.watermark_headroom_tokens or 0,
             block_size=bs,
+            used_tokens=d.used_tokens,
+            peak_now=fc.recent_peak(trend_points, now, recent_s),
+            recent_s=recent_s,
         )
         out: dict[str, object] = {}
         if best is not None:
@@ -191,7 +205,15 @@ class ForecastLayer:
         return [(t, v) for t, v in series if t >= since]
 
     def _stores(self) -> tuple[dict[TargetModelEngine, Any], ...]:
-        return (self._demand, self._peaks, self._resets, self._last_counter, self._first_seen, self._per_request)
+        return (
+            self._demand,
+            self._peaks,
+            self._resets,
+            self._last_counter,
+            self._first_seen,
+            self._per_request,
+            self._started,
+        )
 
     def forget(self, key: TargetModelEngine) -> None:
         """The model/engine left its target: drop its series."""
@@ -214,6 +236,7 @@ class ForecastLayer:
         series = self._demand.setdefault(key, deque())
         peaks = self._peaks.setdefault(key, deque())
         self._first_seen.setdefault(key, now)
+        self._started.setdefault(key, now)
         if (not series or now > series[-1][0]) and math.isfinite(demand):
             series.append((now, demand))
             while peaks and peaks[-1][1] <= demand:
@@ -229,6 +252,7 @@ class ForecastLayer:
             last = self._last_counter.get(key)
             if last is not None and counter < last:  # vLLM restarted: the trend starts again
                 self._resets.setdefault(key, []).append(now)
+                self._started[key] = now
                 self._resets[key] = [t for t in self._resets[key] if t >= now - keep]
             self._last_counter[key] = counter
         return series

@@ -68,6 +68,7 @@ class Options:
     timeout_s: float = 30.0
     concurrency: int = 4
     pods_per_query: int = 50
+    max_pods: int = 1000  # sidecar.report.prometheus.MAX_PODS
     report_url: str | None = None  # where --out is published: the summary links there
 
 
@@ -190,6 +191,7 @@ def load_week(options: Options, period: Any, thresholds: Any) -> Any:
             timeout_s=options.timeout_s,
             concurrency=options.concurrency,
             pods_per_query=options.pods_per_query,
+            max_pods=options.max_pods,
         )
         try:
             return source.load(period, matchers, options.compare_previous, thresholds=thresholds)
@@ -360,7 +362,13 @@ def add_report_flags(p: argparse.ArgumentParser) -> None:
         metavar="'NAME: VALUE'",
         help="an extra header on every request (repeatable), e.g. 'X-Scope-OrgID: tenant-1'",
     )
-    prom.add_argument("--timeout", type=_duration, default=30.0, metavar="DURATION", help="per request (default: 30s)")
+    prom.add_argument(
+        "--timeout",
+        type=_duration,
+        default=30.0,
+        metavar="DURATION",
+        help="per request, all included however slowly the server answers; not retried (default: 30s)",
+    )
     prom.add_argument(
         "--concurrency", type=_positive_int, default=4, metavar="N", help="queries in flight at once (default: 4)"
     )
@@ -370,6 +378,13 @@ def add_report_flags(p: argparse.ArgumentParser) -> None:
         default=50,
         metavar="N",
         help="pods in one query's selector (default: 50)",
+    )
+    prom.add_argument(
+        "--max-pods",
+        type=_positive_int,
+        default=1000,
+        metavar="N",
+        help="refuse a report of more pods (about 0.8 MB each a week, twice with --compare-previous; default: 1000)",
     )
 
 
@@ -392,6 +407,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         timeout_s=args.timeout,
         concurrency=args.concurrency,
         pods_per_query=args.pods_per_query,
+        max_pods=args.max_pods,
         report_url=args.report_url,
     )
 

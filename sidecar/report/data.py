@@ -134,6 +134,10 @@ class PodSeries:
     bytes_per_token: float | None = None  # kvcache_theoretical_bytes_per_token
     #: kvcache_model_info's labels (architecture, attention, kv_dtype, tp, pp), last seen
     model_info: dict[str, str] = field(default_factory=dict)
+    #: the sidecar's own sizing, the largest of the period (None: not exported): what the report sizes
+    #: with where it has no model.config for the model (sidecar.report.figures, "exported model")
+    suggested_gpu_memory_utilization_max: float | None = None  # kvcache_suggested_gpu_memory_utilization
+    fp8_lever_capacity_tokens: float | None = None  # kvcache_lever_capacity_tokens{lever="fp8_kv_cache"}
     #: Figures a source reduced itself from raw samples; None = compute them from the step series.
     usage_quantiles: dict[str, float] | None = None  # keys "max", "p50", "p95", "p99"
     seconds_above: dict[str, float] | None = None  # keys "warning", "watermark": seconds with usage above each

@@ -12,24 +12,39 @@ Retries: a 5xx answer, a 429 (rate limited: Slack's ``Retry-After`` is honoured 
 :data:`MAX_RETRY_AFTER_S`), a timeout or a connection error is retried, ``attempts`` times in all,
 waiting ``backoff_s × 2^(n − 1)`` after the ``n``-th failure. Any other answer (a 4xx: a revoked or
 mistyped URL) is not retried. The last failure raises :class:`DeliveryError`, whose message is one
-line; the report files already written are never touched here.
+line; the report files already written are never touched here. Each POST is bounded by one total
+deadline of :data:`TIMEOUT_S` (:func:`sidecar.outbound.client`: a receiver sending a byte a second
+cannot hold the Job).
+
+Never a lost week: :func:`deliver` first records the week in a small marker file next to the reports
+(:data:`PENDING_FILE`, JSON, replaced atomically), then posts every week the marker holds, oldest
+first, removing each from it once delivered. A week whose delivery failed stays in the marker and is
+posted, before the new one, at the next run; a rerun of the same period replaces its entry. Why a
+marker and not a re-read of old reports: it carries exactly the text that would have been sent, and
+costs no query.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
+from .. import outbound
 from ..files import TOKEN_MAX_BYTES, FileProblem, read_text
 
 log = logging.getLogger("kv_sidecar.report")
 
-#: Seconds one POST may take (connect, send and read each).
+#: Seconds one POST may take, all included.
 TIMEOUT_S = 10.0
 #: A ``Retry-After`` longer than this is cut to it: the reporter must not sleep for hours.
 MAX_RETRY_AFTER_S = 60.0
@@ -58,27 +73,54 @@ def webhook_host(url: str) -> str:
     return urlsplit(url).hostname or "?"
 
 
+#: The bodies a webhook can take: Slack's ``{"text": ...}``, or a generic JSON object for a receiver of
+#: one's own (a chat bridge, an automation), which gets the link and the period as fields of their own.
+PAYLOAD_FORMATS = ("slack", "json")
+
+
+def payload(
+    text: str, *, fmt: str = "slack", link: str = "", period: tuple[float, float] | None = None
+) -> dict[str, Any]:
+    """The JSON body for ``fmt``: Slack's text with the link on its last line, or the fields apart."""
+    if fmt not in PAYLOAD_FORMATS:
+        raise ValueError(f"fmt: one of {PAYLOAD_FORMATS}, got {fmt!r}")
+    if fmt == "slack":
+        return {"text": f"{text}\nFull report: <{link}>" if link else text}
+    body: dict[str, Any] = {"summary": text, "link": link or None}
+    if period is not None:
+        body["period"] = {"start": period[0], "end": period[1]}
+    return body
+
+
 def post_summary(
     webhook_url_file: Path,
     text: str,
     *,
+    fmt: str = "slack",
+    link: str = "",
+    period: tuple[float, float] | None = None,
     attempts: int = 4,
     backoff_s: float = 1.0,
     client: httpx.Client | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Post ``{"text": text}`` to the webhook of ``webhook_url_file``; raises :class:`DeliveryError`."""
+    """Post the summary (:func:`payload`) to the webhook of ``webhook_url_file``; raises :class:`DeliveryError`."""
     if attempts < 1:
         raise ValueError("attempts: at least 1")
+    body = payload(text, fmt=fmt, link=link, period=period)
     url = read_webhook_url(Path(webhook_url_file))
     host = webhook_host(url)
     # httpx logs every request's full URL at INFO: the secret would land in the log.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger("httpx").level))
     own = client is None
-    http = client if client is not None else httpx.Client(timeout=TIMEOUT_S, follow_redirects=False)
+    backend: outbound.DeadlineBackend | None = None
+    if client is None:
+        client, backend = outbound.client(TIMEOUT_S, follow_redirects=False)
+    http = client
     try:
         for attempt in range(1, attempts + 1):
-            failure, retry_after = _attempt(http, url, text)
+            with backend.deadline(TIMEOUT_S) if backend is not None else _no_deadline():
+                failure, retry_after = _attempt(http, url, body)
             if failure is None:
                 log.info("report summary delivered host=%s attempt=%d", host, attempt)
                 return
@@ -96,12 +138,19 @@ def post_summary(
             http.close()
 
 
-def _attempt(http: httpx.Client, url: str, text: str) -> tuple[str | None, float | None]:
+@contextlib.contextmanager
+def _no_deadline() -> Iterator[None]:
+    yield
+
+
+def _attempt(http: httpx.Client, url: str, body: dict[str, Any]) -> tuple[str | None, float | None]:
     """One POST: (None, None) on success, else (why, seconds to wait at least) — None when not retryable."""
     try:
-        answer = http.post(url, json={"text": text})
+        answer = http.post(url, json=body)
     except httpx.TimeoutException:
         return "timed out", 0.0
+    except outbound.Cancelled:
+        return "cancelled: the process is stopping", None
     except httpx.TransportError as e:  # refused, reset, DNS: the message may hold the URL, so only the kind
         return f"connection failed ({type(e).__name__})", 0.0
     if answer.is_success:
@@ -120,3 +169,93 @@ def _retry_after(answer: httpx.Response) -> float:
         return min(MAX_RETRY_AFTER_S, max(0.0, float(answer.headers.get("retry-after", "0"))))
     except ValueError:
         return 0.0
+
+
+# ----------------------------------------------------------------------------- never a lost week
+
+#: The weeks not yet delivered, next to the reports in ``--out`` (a dot file: never taken for a report).
+PENDING_FILE = ".kvcache-report-pending.json"
+
+
+def read_pending(out_dir: Path) -> list[dict[str, Any]]:
+    """The weeks waiting in ``out_dir``'s marker, oldest first (none without a marker).
+
+    Raises :class:`DeliveryError` when the marker cannot be read: it is left as it is, never overwritten.
+    """
+    path = Path(out_dir) / PENDING_FILE
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        raise DeliveryError(
+            f"{path}: cannot read the weeks waiting for delivery ({type(e).__name__}); move it away"
+        ) from None
+    if not isinstance(entries, list) or not all(_is_entry(e) for e in entries):
+        raise DeliveryError(f"{path}: not a list of weeks waiting for delivery; move it away")
+    return entries
+
+
+def _is_entry(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("text"), str)
+        and isinstance(entry.get("link"), str)
+        and isinstance(entry.get("period"), list)
+        and len(entry["period"]) == 2
+        and all(isinstance(t, int | float) for t in entry["period"])
+    )
+
+
+def _write_pending(out_dir: Path, entries: list[dict[str, Any]]) -> None:
+    """Replace the marker atomically (a temporary file renamed over it); remove it when nothing waits."""
+    path = Path(out_dir) / PENDING_FILE
+    if not entries:
+        path.unlink(missing_ok=True)
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f"{PENDING_FILE}.", dir=out_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(entries, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def deliver(
+    out_dir: Path,
+    webhook_url_file: Path,
+    text: str,
+    *,
+    period: tuple[float, float],
+    link: str = "",
+    fmt: str = "slack",
+    post: Callable[..., None] = post_summary,
+) -> int:
+    """Record this week, then post every waiting week (oldest first); the number delivered.
+
+    Raises :class:`DeliveryError` at the first week that fails: it and the later ones stay recorded.
+    """
+    entries = [e for e in read_pending(out_dir) if e["period"] != list(period)]
+    entries.append({"text": text, "link": link, "period": list(period)})
+    entries.sort(key=lambda e: e["period"][1])
+    _write_pending(out_dir, entries)
+    sent = 0
+    while entries:
+        first = entries[0]
+        start, end = first["period"]
+        post(webhook_url_file, first["text"], fmt=fmt, link=first["link"], period=(start, end))
+        entries = entries[1:]
+        _write_pending(out_dir, entries)
+        sent += 1
+    return sent
+
+
+def dry_run_text(webhook_url_file: Path | None, text: str, *, period: tuple[float, float], link: str, fmt: str) -> str:
+    """What :func:`deliver` would send, for ``--dry-run``: the webhook's host only, and the JSON body."""
+    where = f"the webhook at {webhook_host(read_webhook_url(webhook_url_file))}" if webhook_url_file else "no webhook"
+    body = json.dumps(payload(text, fmt=fmt, link=link, period=period), indent=2, ensure_ascii=False)
+    return f"would POST ({fmt}) to {where}:\n{body}"

@@ -112,6 +112,17 @@ def _last(store: HistoryStore, period: Period, name: str, labels: dict[str, str]
     return newest
 
 
+def _largest(store: HistoryStore, period: Period, name: str, labels: dict[str, str]) -> float | None:
+    """The largest sample of ``name`` with these labels in the period (any other labels), None when absent."""
+    values = [
+        p.max
+        for sid, _ in store.series(name, labels)
+        for p in store.points(sid, period.start, period.end)
+        if p.max is not None and math.isfinite(p.max)
+    ]
+    return max(values) if values else None
+
+
 def _read_pod_facts(store: HistoryStore, period: Period, pod: PodSeries) -> None:
     """The pod's last-seen settings: pool labels, GPU utilization, bytes per token, model shape."""
     own: dict[str, str] = {k: pod.labels[k] for k in ("target", "model_name", "engine") if k in pod.labels}
@@ -123,6 +134,10 @@ def _read_pod_facts(store: HistoryStore, period: Period, pod: PodSeries) -> None
     pod.gpu_memory_utilization = found[1] if found else None
     found = _last(store, period, "kvcache_theoretical_bytes_per_token", own)
     pod.bytes_per_token = found[1] if found else None
+    pod.suggested_gpu_memory_utilization_max = _largest(store, period, "kvcache_suggested_gpu_memory_utilization", own)
+    pod.fp8_lever_capacity_tokens = _largest(
+        store, period, "kvcache_lever_capacity_tokens", {**own, "lever": "fp8_kv_cache"}
+    )
     info = _newest_labels(store, period, "kvcache_server_info", own)
     if info:
         pod.block_size = _int(info.get("block_size"))

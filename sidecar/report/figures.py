@@ -43,15 +43,29 @@ Conventions and where they come from:
 
 from __future__ import annotations
 
+import functools
 import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..artifacts.params import Thresholds
+from ..capacity.budget import NonKVBytes
+from ..capacity.dtypes import DTYPE_BYTES, canonical_dtype
+from ..capacity.errors import CapacityError
 from ..forecast import policy
-from ..forecast.policy import AdviceSettings, Pool, ServedModel, advise
-from ..forecast.sizing import capacity_at_utilization, suggested_replicas
+from ..forecast.policy import (
+    AdviceSettings,
+    Pool,
+    Replica,
+    ServedModel,
+    WorkloadAdvice,
+    advise,
+    advise_workload,
+    capacity_after,
+    utilization_text,
+)
+from ..forecast.sizing import gpu_memory_from_largest_pool, gpu_memory_from_suggestion
 from .data import ModelKey, Page, Period, PodSeries, Week
 from .results import Advice, Capacity, Growth, ModelReport, PodReport, Pressure, Report, Timeline, Usage
 
@@ -330,18 +344,19 @@ def _timeline(s: _Steps, period: Period) -> Timeline:
     )
 
 
-def _growth(capacity: Capacity, previous_peak: float | None, period: Period) -> Growth:
+def _growth(capacity: Capacity, previous_peak: float | None, period: Period, full: bool = False) -> Growth:
     """Week over week: the peak's change, and the weeks until it meets the usable capacity.
 
     At the same absolute growth per period (linear, the simplest trend two points give):
     ``periods = (usable − peak) ÷ (peak − previous)``, in weeks ``periods × period ÷ 604,800 s``.
-    "at capacity" when the peak already met the usable capacity (0 weeks); "not growing" when the
+    "at capacity" when the peak already met the usable capacity (0 weeks), or ``full``: one of the
+    model's pods already did (a model whose hottest pod is full is not weeks away); "not growing" when the
     change is at most :data:`GROWTH_NOISE_RATIO` (or the week had no demand); "no previous data"
     without a previous period for the model.
     """
     peak, usable = capacity.peak_demand_tokens, capacity.usable_tokens
     change = (peak - previous_peak) / previous_peak if peak is not None and previous_peak else None
-    if peak is not None and usable is not None and peak >= usable:
+    if full or (peak is not None and usable is not None and peak >= usable):
         return Growth(previous_peak, change, 0.0, "at capacity")
     if previous_peak is None:
         return Growth(None, None, None, "no previous data")
@@ -372,48 +387,12 @@ def _tokens(v: float) -> str:
 
 
 def _percent(r: float) -> str:
-    return f"{r:.0%}"
-
-
-def utilization_text(u: float) -> str:
-    """``--gpu-memory-utilization`` as the sentence shows it: rounded *up* to 0.001, at least two decimals.
-
-    Up, so that setting the printed value gives at least the capacity the effect was computed for.
-    """
-    up = math.ceil(u * 1000 - 1e-6) / 1000
-    text = f"{up:.3f}"
-    return text[:-1] if text.endswith("0") else text
+    """As the renderers show a ratio (``pct``): one decimal, so a sentence and a table never disagree."""
+    return f"{r * 100:.1f}%"
 
 
 def _gib(b: float) -> str:
     return f"{b / 2**30:.1f} GiB"
-
-
-def _served_capacity(raw: policy.Advice, pool: Pool, model: ServedModel | None) -> float | None:
-    """vLLM's capacity at the suggested setting (None: no setting suggested or not computable)."""
-    bs, c0 = pool.block_size, pool.capacity_tokens
-    if raw.suggested_kv_cache_memory_bytes is not None:
-        bpt = model.bytes_per_token if model is not None else None
-        if bpt is None and pool.kv_cache_memory_bytes:
-            bpt = pool.kv_cache_memory_bytes / c0  # as the policy does without model.config
-        if not bpt:
-            return None
-        # whole blocks, as vLLM floors its budget (get_num_blocks in vllm/v1/core/kv_cache_utils.py)
-        return float(math.floor(raw.suggested_kv_cache_memory_bytes / (bs * bpt) + 1e-9) * bs)
-    u0 = pool.gpu_memory_utilization
-    if raw.suggested_gpu_memory_utilization is None or model is None or not u0:
-        return None
-    memory, _basis = policy.gpu_memory_of(model, c0, model.bytes_per_token, u0)  # the M the suggestion used
-    return float(
-        capacity_at_utilization(
-            u=raw.suggested_gpu_memory_utilization[1],
-            u0=u0,
-            capacity_tokens=c0,
-            bytes_per_token=model.bytes_per_token,
-            gpu_memory_bytes=memory,
-            block_size=bs,
-        )
-    )
 
 
 def _setting_text(raw: policy.Advice, pool: Pool) -> str:
@@ -520,7 +499,7 @@ def _pod_advice(
         requests_running=max(running) if running else None,
     )
     raw = advise(peak_demand_tokens=peak, watched_s=_watched_s(pod, period), pool=pool, model=model, settings=settings)
-    new_capacity = _served_capacity(raw, pool, model)
+    new_capacity = capacity_after(raw, pool, model) if raw.recommendation.action != NO_ACTION else None
     after = _after_ratio(raw, peak, new_capacity, bs)
     advice = Advice(
         action=raw.recommendation.action,
@@ -551,43 +530,155 @@ def _after_ratio(raw: policy.Advice, peak: float, new_capacity: float | None, bs
     return peak / (replicas * (new_capacity - bs))
 
 
-def _model_advice(advised: Sequence[tuple[PodReport, _Advised]], model_peak: float | None, target: float) -> Advice:
-    """The advice of the pod whose peak demand sits highest on its capacity (ties: the first by name).
+def _gpus_per_replica(pods: Sequence[PodSeries]) -> int | None:
+    """tp × pp from ``kvcache_model_info`` (the sidecar's model section); None when no pod exported it."""
+    for p in pods:
+        try:
+            return int(p.model_info["tp"]) * int(p.model_info.get("pp", "1"))
+        except (KeyError, ValueError):
+            continue
+    return None
 
-    When that pod needs more replicas, they are counted for the whole model:
-    :func:`~sidecar.forecast.sizing.suggested_replicas` of the model's peak (summed over its pods)
-    at the capacity the largest pool gives one replica.
+
+def _replica(pod: PodSeries, capacity: Capacity) -> Replica | None:
+    peak, c0, bs = capacity.peak_demand_tokens, capacity.capacity_tokens, pod.block_size
+    if peak is None or c0 is None or not bs or c0 <= bs:
+        return None
+    running = [pod.requests_running_peak] if pod.requests_running_peak is not None else _finite(pod.running_max)
+    pool = Pool(
+        capacity_tokens=c0,
+        block_size=bs,
+        kv_cache_memory_bytes=pod.kv_cache_memory_bytes,
+        gpu_memory_utilization=pod.gpu_memory_utilization,
+        max_model_len=None,
+        requests_running=max(running) if running else None,
+    )
+    return Replica(pod.pod, peak, pool)
+
+
+def _flag_value(flag: str) -> tuple[str, str]:
+    """``--name value`` -> (name, value as shown: bytes with their GiB beside)."""
+    name, _, value = flag.partition(" ")
+    if name == "--kv-cache-memory-bytes" and value.isdigit():
+        value = f"{value} ({_gib(float(value))})"
+    return name, value
+
+
+def _flag_change(now: Sequence[str], to: Sequence[str]) -> str:
+    """krr-style ``--gpu-memory-utilization 0.90 → 0.95, --kv-cache-dtype fp8``: a flag set now shows both values."""
+    current = dict(_flag_value(f) for f in now)
+    parts = []
+    for flag in to:
+        name, value = _flag_value(flag)
+        parts.append(f"{name} {current[name]} → {value}" if name in current else f"{name} {value}")
+    return ", ".join(parts)
+
+
+def _replicas_text(n: int, need: int, gpus: int | None) -> str:
+    text = f"{n} → {need} replicas" if need != n else f"{n} replica{'s' if n != 1 else ''}"
+    if gpus:
+        text += f" ({n * gpus} → {need * gpus} GPUs)" if need != n else f" ({n * gpus} GPUs)"
+    return text
+
+
+def _workload_sentence(w: WorkloadAdvice, target: float, gpus: int | None) -> str:
+    """krr-style: current → recommended, replicas and GPUs, and what it changes, in one sentence."""
+    a = w.advice
+    action = a.recommendation.action
+    usable_now, usable_after = w.capacity_now_tokens - w.block_size, w.capacity_after_tokens - w.block_size
+    n = w.replicas_now
+    peak = f"the period's peak of {_tokens(w.peak_demand_tokens)} tokens"
+    pods = f"{n} replica{'s' if n != 1 else ''}"
+    if action == NO_ACTION:
+        if a.recommendation.reason == "within_target":
+            return (
+                f"Nothing to change: {peak} over {pods} put {_percent(w.even_share_tokens / usable_now)} of each "
+                f"replica's {_tokens(usable_now)} usable tokens in use, near the {_percent(target)} target."
+            )
+        return f"No advice yet: {peak} over {pods}, but the pods were watched for less than forecast.peak_window."
+    if not w.set_flags:
+        # a direction without a value: neither model.config nor the sidecars' exports size it
+        flag = "--" + action.split("_", 1)[1].replace("_", "-")
+        verb = action.split("_", 1)[0].capitalize()
+        now = f" from {', '.join(_flag_value(f)[1] for f in w.current_flags)}" if w.current_flags else ""
+        replicas = _replicas_text(n, w.replicas_needed_now, gpus)
+        after = w.peak_demand_tokens / (w.replicas_needed_now * usable_now)
+        return (
+            f"{verb} {flag}{now} (no value: no sidecar exported the model's bytes per token and sizing, and the "
+            f"report's model.config does not describe it), or run {replicas} at today's setting: {peak} would sit "
+            f"at {_percent(after)} (target {_percent(target)})."
+        )
+    tokens = f"{_tokens(usable_now)} → {_tokens(usable_after)} usable tokens per replica"
+    if w.concurrency_now is not None and w.concurrency_after is not None:
+        tokens += f", {w.concurrency_now} → {w.concurrency_after} max-length requests"
+    return (
+        f"Set {_flag_change(w.current_flags, w.set_flags)} on {_replicas_text(n, w.replicas_needed, gpus)}: "
+        f"{tokens}; {peak} would sit at {_percent(w.peak_usage_after_ratio)} (target {_percent(target)})."
+    )
+
+
+def _uneven(w: WorkloadAdvice, reports: Mapping[str, PodReport]) -> str:
+    """The finding "load is uneven across replicas" with the hottest replica's figures ("" when even)."""
+    if not w.hot_replicas:
+        return ""
+    name = w.hot_replicas[0]
+    hot = reports[name].capacity.peak_demand_ratio
+    share = w.even_share_tokens / (w.capacity_now_tokens - w.block_size)
+    others = f" and {len(w.hot_replicas) - 1} more" if len(w.hot_replicas) > 1 else ""
+    return (
+        f"Load is uneven across replicas: {name}{others} peaked at {_percent(hot or 0)} of its usable tokens "
+        f"while the even share of the workload's peak is {_percent(share)}; check the router's balancing "
+        "(session affinity, prefix-aware routing) before resizing."
+    )
+
+
+def _model_advice(
+    rows: Sequence[tuple[PodSeries, PodReport]],
+    model_peak: float | None,
+    served: ServedModel | None,
+    settings: AdviceSettings,
+    period: Period,
+) -> Advice:
+    """The workload's one recommendation (:func:`~sidecar.forecast.policy.advise_workload`) over its pods.
+
+    The model's peak demand (the largest sum over its pods at one step) spread evenly over the pods
+    that reported a pool; a pod whose own peak is far above that share is a finding of its own.
     """
-    if not advised:
+    replicas = [r for r in (_replica(pod, report.capacity) for pod, report in rows) if r is not None]
+    if not replicas or model_peak is None:
+        return _no_advice(rows[0][0] if rows else None, rows[0][1].capacity if rows else None)
+    watched = max(_watched_s(pod, period) for pod, _ in rows)
+    w = advise_workload(
+        replicas=replicas, peak_demand_tokens=model_peak, watched_s=watched, model=served, settings=settings
+    )
+    if w is None:
         return _no_advice(None, None)
-
-    def key(item: tuple[PodReport, _Advised]) -> float:
-        ratio = item[0].capacity.peak_demand_ratio
-        return ratio if ratio is not None else -math.inf
-
-    report, chosen = max(advised, key=key)  # max keeps the first of equal keys: pods are sorted by name
-    advice = chosen.advice
-    bs, c_max = chosen.block_size, chosen.new_capacity
-    if advice.action == "add_replicas" and model_peak is not None and bs and c_max and c_max > bs:
-        n = suggested_replicas(
-            peak_demand_tokens=model_peak, target_usage=target, capacity_per_replica_tokens=c_max, block_size=bs
-        )
-        after = model_peak / (n * (c_max - bs))
-        u, kv = advice.suggested_gpu_memory_utilization, advice.suggested_kv_cache_memory_bytes
-        at = (
-            f"--kv-cache-memory-bytes {kv}"
-            if kv is not None
-            else f"--gpu-memory-utilization {utilization_text(u or 0)}"
-        )
-        sentence = (
-            f"Run {n} replicas (now {len(advised)}) at {at}: the model's peak of {_tokens(model_peak)} "
-            f"tokens would sit at {_percent(after)} of each replica's {_tokens(c_max - bs)}."
-        )
-        return replace(advice, suggested_replicas=n, peak_usage_after_ratio=after, sentence=sentence)
-    if len(advised) > 1:
-        lead = advice.sentence[0].lower() + advice.sentence[1:]
-        return replace(advice, sentence=f"On {report.pod}, the fullest of {len(advised)} pods, {lead}")
-    return advice
+    raw = w.advice
+    gpus = _gpus_per_replica([pod for pod, _ in rows])
+    return Advice(
+        action=raw.recommendation.action,
+        reason=raw.recommendation.reason,
+        sentence=_workload_sentence(w, settings.target_usage, gpus),
+        suggested_gpu_memory_utilization=(
+            raw.suggested_gpu_memory_utilization[1] if raw.suggested_gpu_memory_utilization else None
+        ),
+        suggested_kv_cache_memory_bytes=raw.suggested_kv_cache_memory_bytes,
+        capacity_shortfall_tokens=raw.capacity_shortfall_tokens,
+        suggested_replicas=w.replicas_needed,
+        levers=dict(raw.lever_capacity_tokens),
+        peak_usage_after_ratio=w.peak_usage_after_ratio if raw.recommendation.action != NO_ACTION else None,
+        current_flags=list(w.current_flags),
+        set_flags=list(w.set_flags),
+        replicas_now=w.replicas_now,
+        replicas_needed_now=w.replicas_needed_now,
+        gpus_per_replica=gpus,
+        capacity_now_tokens=w.capacity_now_tokens,
+        capacity_after_tokens=w.capacity_after_tokens,
+        concurrency_now=w.concurrency_now,
+        concurrency_after=w.concurrency_after,
+        even_share_tokens=w.even_share_tokens,
+        uneven=_uneven(w, {report.pod: report for _, report in rows}),
+    )
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -633,27 +724,50 @@ def _previous_peaks(week: Week) -> dict[ModelKey, float | None]:
 
 
 def needs_action(advice: Advice, usage: Usage, pressure: Pressure, growth: Growth) -> bool:
-    """Any advice but ``none``, time above the watermark, preemptions, or full within a few weeks."""
+    """Any advice but ``none``, uneven load, time above the watermark, preemptions, or full within a few weeks."""
     return (
         advice.action != NO_ACTION
+        or bool(advice.uneven)
         or usage.hours_above_watermark > NEEDS_ACTION_HOURS_ABOVE_WATERMARK
         or pressure.preemptions > NEEDS_ACTION_PREEMPTIONS
         or (growth.weeks_until_full is not None and growth.weeks_until_full < NEEDS_ACTION_WEEKS_UNTIL_FULL)
     )
 
 
-def _summary(model: ModelKey, usage: Usage, pressure: Pressure, growth: Growth, advice: Advice) -> str:
+def _summary(
+    model: ModelKey,
+    usage: Usage,
+    pressure: Pressure,
+    growth: Growth,
+    advice: Advice,
+    pages: Sequence[Page] = (),
+    full: Sequence[PodReport] = (),
+) -> str:
     """One sentence: what the model went through, then what to do."""
     facts = [f"peak usage {_percent(usage.peak_ratio)}" if usage.peak_ratio is not None else "no usage data"]
     if usage.hours_above_watermark > 0:
         facts.append(f"{usage.hours_above_watermark:.1f} h above the watermark")
     if pressure.preemptions > 0:
         facts.append(f"{_tokens(pressure.preemptions)} preemptions")
-    if growth.verdict == "at capacity":
-        facts.append("demand at capacity")
+    critical = sum(1 for p in pages if p.severity == "critical")
+    if pages:
+        warnings = len(pages) - critical
+        facts.append(
+            f"{critical} critical page{'s' if critical != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''}"
+        )
+    if full:
+        hottest = max(full, key=lambda p: (p.capacity.peak_demand_ratio or 0.0, p.pod))
+        facts.append(
+            f"already full on {hottest.pod} (peak demand {_percent(hottest.capacity.peak_demand_ratio or 0.0)} "
+            "of its usable tokens)"
+        )
+    elif growth.verdict == "at capacity":
+        facts.append("already full (peak demand at the usable capacity)")
     elif growth.verdict == "growing" and growth.weeks_until_full is not None:
         facts.append(f"full in {growth.weeks_until_full:.1f} weeks at this growth")
     todo = advice.sentence[0].lower() + advice.sentence[1:]
+    if advice.uneven:
+        todo = todo.rstrip(".") + "; " + advice.uneven[0].lower() + advice.uneven[1:]
     return f"{model}: {', '.join(facts)}; {todo}"
 
 
@@ -678,8 +792,11 @@ def _model_report(
     usage = _usage(s, period, thresholds, week.model_usage_quantiles.get(model), week.model_seconds_above.get(model))
     capacity = _capacity(s)
     pressure = _pressure(s, period, week.model_seconds_waiting.get(model))
-    growth = _growth(capacity, previous_peak, period)
-    advice = _model_advice([(r, a) for r, a, _ in rows], capacity.peak_demand_tokens, settings.target_usage)
+    full = [r for r, _, _ in rows if (r.capacity.peak_demand_ratio or 0.0) >= 1.0]
+    growth = _growth(capacity, previous_peak, period, full=bool(full))
+    advice = _model_advice(
+        [(p, r) for p, (r, _, _) in zip(pods, rows, strict=True)], capacity.peak_demand_tokens, served, settings, period
+    )
     pages: list[Page] = sorted(
         (p for p in week.pages if p.model == model), key=lambda p: (p.start, p.alertname, p.pod, p.end)
     )
@@ -694,8 +811,78 @@ def _model_report(
         pods=[r for r, _, _ in rows],
         timeline=_timeline(s, period),
         needs_action=needs_action(advice, usage, pressure, growth),
-        summary=_summary(model, usage, pressure, growth, advice),
+        summary=_summary(model, usage, pressure, growth, advice, pages, full),
     )
+
+
+def _kv_dtype_bytes(label: str | None) -> int | None:
+    """Bytes per element of ``kvcache_model_info``'s ``kv_dtype`` label (None: unknown)."""
+    try:
+        return DTYPE_BYTES[canonical_dtype(label)] if label else None
+    except (CapacityError, KeyError):
+        return None
+
+
+def _same(non_kv: NonKVBytes) -> NonKVBytes:
+    return non_kv
+
+
+def exported_model(pods: Sequence[PodSeries], settings: AdviceSettings) -> ServedModel | None:
+    """What the sidecars' exports say of a model the report has no ``model.config`` for.
+
+    Bytes per token from ``kvcache_theoretical_bytes_per_token``, the KV dtype, attention and TP from
+    ``kvcache_model_info``, and the GPU memory ``M`` the sidecar sized with, recovered from its own
+    figures: the largest pool (``kvcache_lever_capacity_tokens{lever="fp8_kv_cache"}`` ÷ dtype bytes,
+    :func:`~sidecar.forecast.sizing.gpu_memory_from_largest_pool`), else its largest suggestion
+    (:func:`~sidecar.forecast.sizing.gpu_memory_from_suggestion`). Only for pools sized by
+    ``gpu_memory_utilization`` (with ``kv_cache_memory_bytes`` the pool gives bytes per token itself);
+    None when no pod exported enough. The non-KV bytes are what the budget leaves: ``M × u0 − C0 × bpt``.
+    """
+    for pod in pods:
+        _, c0 = _last(pod.capacity_tokens)
+        demands = _finite(pod.demand_max)
+        bpt, u0, bs = pod.bytes_per_token, pod.gpu_memory_utilization, pod.block_size
+        if pod.kv_cache_memory_bytes or not (bpt and u0 and bs and c0 and demands):
+            continue
+        dtype_bytes = _kv_dtype_bytes(pod.model_info.get("kv_dtype"))
+        memory = None
+        if pod.fp8_lever_capacity_tokens and dtype_bytes:
+            memory = gpu_memory_from_largest_pool(
+                max_capacity_tokens=pod.fp8_lever_capacity_tokens / dtype_bytes,
+                u_max=settings.utilization_max,
+                u0=u0,
+                capacity_tokens=c0,
+                bytes_per_token=bpt,
+            )
+        if memory is None and pod.suggested_gpu_memory_utilization_max is not None:
+            memory = gpu_memory_from_suggestion(
+                suggested=pod.suggested_gpu_memory_utilization_max,
+                u0=u0,
+                capacity_tokens=c0,
+                peak_demand_tokens=max(demands),
+                target_usage=settings.target_usage,
+                bytes_per_token=bpt,
+                block_size=bs,
+                lo=settings.utilization_min,
+                hi=settings.utilization_max,
+            )
+        if memory is None:
+            continue
+        rest = NonKVBytes(weights=max(0, int(memory * u0 - c0 * bpt)), activation=0, non_torch=0, cudagraph=0)
+        try:
+            tp = int(pod.model_info.get("tp", "1"))
+        except ValueError:
+            tp = 1
+        return ServedModel(
+            bytes_per_token=bpt,
+            kv_dtype_bytes=dtype_bytes or 1,  # unknown: no fp8 lever
+            kv_heads=1,  # not exported: no fewer-heads lever
+            attention=pod.model_info.get("attention", ""),
+            tensor_parallel=tp,
+            gpu_memory_bytes=memory,
+            non_kv_bytes=functools.partial(_same, rest),
+        )
+    return None
 
 
 def compute(
@@ -715,7 +902,15 @@ def compute(
     served = served or {}
     previous = _previous_peaks(week)
     models = [
-        _model_report(model, pods, week, thresholds, served.get(model), advice, previous.get(model))
+        _model_report(
+            model,
+            pods,
+            week,
+            thresholds,
+            served.get(model) or exported_model(pods, advice),
+            advice,
+            previous.get(model),
+        )
         for model, pods in _by_model(week.pods).items()
     ]
     models.sort(key=_urgency)

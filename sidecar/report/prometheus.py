@@ -37,9 +37,12 @@ How the queries are cut, so that a thousand pods do not hurt Prometheus:
   over the samples of ``[start, end)``): the peak is ``max_over_time`` and p50/p95/p99 are
   ``quantile_over_time`` of the raw samples (a pod with several series, e.g. a new ``instance``
   after a restart, gets none, and the report takes them from the steps); the seconds above a
-  threshold are ``count_over_time((usage > thr)[<period>:15s]) * 15``: a subquery, since PromQL
-  cannot filter raw samples, whose 15 s instants each see the latest sample, so the result is the
-  time spent above at 15 s resolution whatever the scrape interval. Time waiting for KV is the same
+  threshold are ``count_over_time((usage > thr)[<day>:15s]) * 15`` summed over the period's days: a
+  subquery, since PromQL cannot filter raw samples, whose 15 s instants each see the latest sample, so
+  the result is the time spent above at 15 s resolution whatever the scrape interval. One subquery per
+  day (5,760 points), not one per week (40,320): VictoriaMetrics refuses a subquery of more than its
+  ``-search.maxPointsSubqueryPerTimeseries``/``-search.maxPointsPerTimeseries`` (30,000 by default,
+  HTTP 422), and the days' instants are exactly the week's. Time waiting for KV is the same
   count over ``max without (reason) (kvcache_requests_waiting{reason=~"capacity|all"}) > 0``
   (counted per series first, and with the aggregation only for a pod with two series ever above 0:
   :meth:`_Reader._seconds_waiting`). The peak of running requests (for the advice) is
@@ -59,13 +62,22 @@ How the queries are cut, so that a thousand pods do not hurt Prometheus:
   alertstate="firing"}[60s])`` per step; consecutive firing steps are one page, from the start of
   the first to the end of the last (the rules are evaluated at least every minute).
 
-Failures: each is a :class:`ReportSourceError` with one line. Connection errors, timeouts, 429 and
-5xx answers are retried ``retries`` times with exponential backoff (0.5 s, doubling, at most 8 s);
-other 4xx are not (Prometheus' own error text, e.g. a ``bad_data`` parse error, is in the message).
+Failures: each is a :class:`ReportSourceError` with one line. Each request has ``timeout_s`` in all,
+connect, TLS, request and whole answer included, however slowly the server sends
+(:mod:`sidecar.outbound`), and Prometheus is given the same ``timeout``; a request that ran out of it
+is not sent again (so a report ends within about its timeout when Prometheus stalls). Connection
+errors, 429 and 5xx answers are retried ``retries`` times with exponential backoff (0.5 s, doubling,
+at most 8 s); other 4xx are not. A server's text in a message (Prometheus' own error, e.g. a
+``bad_data`` parse error) has the token, the URL's password and the ``--header`` values replaced by
+``***`` and is one line of at most 200 characters (:func:`sidecar.outbound.scrubbed`). An answer that
+is not what the API documents (a label value that is not a string, a timestamp that is not a finite
+number) is one line too. At most ``max_pods`` pods are read (:data:`MAX_PODS`); their series are
+allocated as their data arrive, not when the discovery answer names them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -79,9 +91,11 @@ from typing import Any
 
 import httpx
 
+from .. import outbound
 from ..artifacts.params import Thresholds
 from ..files import TOKEN_MAX_BYTES, FileProblem, read_text
 from .data import MAX_POINTS_PER_SERIES, PAGED_ALERTS, ModelKey, Page, Period, PodSeries, Week
+from .data import steps as nan_steps
 from .selector import Matcher, SelectorError, parse_selector, promql
 
 #: The labels that can identify a pod's series; a pod is named by the first present of POD_NAME_LABELS.
@@ -100,6 +114,9 @@ INFO_LABELS = {
 INFO_STEP_S = 3600.0
 #: Answers larger than this are refused (a week of 50 pods is a few MiB).
 MAX_BODY_BYTES = 256 * 1024 * 1024
+#: The most pods one report reads (``--max-pods``): each costs about 0.8 MB a week of series (twice
+#: with ``--compare-previous``), so a discovery answer naming more is refused before any is allocated.
+MAX_PODS = 1000
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 8.0
 #: The share of a model's minutes its recorded series must cover for the per-model figures.
@@ -205,17 +222,26 @@ class PrometheusSource:
         concurrency: int = 4,
         pods_per_query: int = 50,
         retries: int = 3,
+        max_pods: int = MAX_PODS,
         client: httpx.Client | None = None,
     ) -> None:
-        if not re.match(r"https?://[^/\s]+", url or ""):
-            raise ReportSourceError(f"{url!r} is not an http(s) URL; e.g. http://prometheus:9090", 2)
-        if concurrency < 1 or pods_per_query < 1 or retries < 0 or not timeout_s > 0:
-            raise ReportSourceError("concurrency and pods per query must be >= 1, retries >= 0, the timeout > 0", 2)
+        problem = outbound.url_problem(url or "")
+        if problem is not None:
+            raise ReportSourceError(f"{outbound.shown_url(url or '')}: {problem}", 2)
+        if concurrency < 1 or pods_per_query < 1 or retries < 0 or not timeout_s > 0 or max_pods < 1:
+            raise ReportSourceError(
+                "concurrency, pods per query and --max-pods must be >= 1, retries >= 0, the timeout > 0", 2
+            )
         if ca_file and not Path(ca_file).is_file():
             raise ReportSourceError(f"CA file {ca_file}: not a readable file", 2)
         self.url = url.rstrip("/")
         #: the URL as messages and the report show it: without user:password@
         self.shown = shown_url(self.url)
+        #: what never goes into a message: the URL's user information, the --header values, the token
+        self._secrets = outbound.url_secrets(self.url) + [
+            v for k, v in (headers or {}).items() if k.lower() != "accept-encoding" and len(v) >= 4
+        ]
+        self.max_pods = max_pods
         self.bearer_token_file = bearer_token_file
         # Answers uncompressed unless the caller asks otherwise (a header 'Accept-Encoding: gzip' for a slow
         # link): gzip makes Prometheus spend a third more CPU on these answers (a week of 64 pods: ~100 MB).
@@ -226,7 +252,10 @@ class PrometheusSource:
         self.pods_per_query = pods_per_query
         self.retries = retries
         verify: str | bool = ca_file if ca_file else not insecure_skip_verify
-        self._client = client or httpx.Client(timeout=httpx.Timeout(timeout_s), verify=verify, trust_env=False)
+        self._deadline: outbound.DeadlineBackend | None = None
+        if client is None:
+            client, self._deadline = outbound.client(timeout_s, verify)
+        self._client = client
         self._token: str | None = None
         self._sleep: Callable[[float], None] = time.sleep
         #: what the last load() did: queries sent, attempts, Prometheus' warnings
@@ -248,6 +277,7 @@ class PrometheusSource:
         if not token:
             raise ReportSourceError(f"bearer token file {self.bearer_token_file} is empty", 2)
         self._token = token
+        self._secrets.append(token)
 
     def _post(self, path: str, form: Mapping[str, str]) -> Any:
         """POST ``form`` to ``path`` with retries; the ``data`` of Prometheus' answer."""
@@ -259,6 +289,8 @@ class PrometheusSource:
             self.attempts += 1
             try:
                 status, body = self._send(path, form, headers)
+            except _TimedOut as e:
+                raise ReportSourceError(str(e)) from None  # its whole time is spent: not sent again
             except _Transient as e:
                 if attempt == self.retries:
                     raise ReportSourceError(f"{e} (after {attempt + 1} attempts)") from None
@@ -271,11 +303,14 @@ class PrometheusSource:
                 else:
                     return self._data(path, status, body)
             self._sleep(min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt))
+            if outbound.CANCELLED.is_set():
+                raise ReportSourceError("stopped: the process is shutting down")
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _send(self, path: str, form: Mapping[str, str], headers: Mapping[str, str]) -> tuple[int, bytes]:
+        deadline = self._deadline.deadline(self.timeout_s) if self._deadline else contextlib.nullcontext()
         try:
-            with self._client.stream("POST", self.url + path, data=dict(form), headers=headers) as response:
+            with deadline, self._client.stream("POST", self.url + path, data=dict(form), headers=headers) as response:
                 chunks: list[bytes] = []
                 size = 0
                 for chunk in response.iter_bytes():
@@ -288,17 +323,20 @@ class PrometheusSource:
                     chunks.append(chunk)
                 return response.status_code, b"".join(chunks)
         except httpx.TimeoutException:
-            raise _Transient(f"{self.shown}{path}: no answer within {self.timeout_s:g}s") from None
+            raise _TimedOut(f"{self.shown}{path}: no whole answer within {self.timeout_s:g}s (--timeout)") from None
+        except outbound.Cancelled:
+            raise ReportSourceError("stopped: the process is shutting down") from None
         except httpx.TransportError as e:
-            raise _Transient(f"cannot reach {self.shown}: {type(e).__name__}: {e}") from None
+            detail = outbound.scrubbed(str(e), self._secrets)
+            raise _Transient(f"cannot reach {self.shown}: {type(e).__name__}: {detail}") from None
 
     def _http_error(self, path: str, status: int, body: bytes) -> str:
         try:
             doc = json.loads(body)
             detail = f"{doc.get('errorType', 'error')}: {doc['error']}"
         except (ValueError, TypeError, KeyError, AttributeError):
-            detail = body[:200].decode("utf-8", "replace").strip() or "(empty body)"
-        return f"{self.shown}{path}: HTTP {status}: {detail}"
+            detail = body[:4096].decode("utf-8", "replace").strip() or "(empty body)"
+        return f"{self.shown}{path}: HTTP {status}: {outbound.scrubbed(detail, self._secrets)}"
 
     def _data(self, path: str, status: int, body: bytes) -> Any:
         if status != 200:
@@ -314,8 +352,10 @@ class PrometheusSource:
         if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
             raise ReportSourceError(f"{self.shown}{path}: the answer is not Prometheus' API JSON")
         if doc["status"] == "error":
-            raise ReportSourceError(f"{self.shown}{path}: {doc.get('errorType', 'error')}: {doc.get('error', '')}")
-        self.warnings.extend(str(w) for w in doc.get("warnings") or [])
+            said = outbound.scrubbed(f"{doc.get('errorType', 'error')}: {doc.get('error', '')}", self._secrets)
+            raise ReportSourceError(f"{self.shown}{path}: {said}")
+        warnings = doc.get("warnings") or []
+        self.warnings.extend(outbound.scrubbed(str(w), self._secrets) for w in warnings[:20] if w)
         data = doc.get("data")
         if not isinstance(data, dict) or not isinstance(data.get("result"), list):
             raise ReportSourceError(f"{self.shown}{path}: the answer has no result list")
@@ -332,22 +372,25 @@ class PrometheusSource:
         if data.get("resultType") != "vector":
             raise ReportSourceError(f"{self.shown}: expected a vector for {query[:60]!r}, got {data.get('resultType')}")
         try:
-            return [(dict(r["metric"]), float(r["value"][1])) for r in data["result"]]
-        except (KeyError, IndexError, TypeError, ValueError):
-            raise ReportSourceError(f"{self.shown}: malformed vector for {query[:60]!r}") from None
+            return [(_labels(r["metric"]), _sample(r["value"])) for r in data["result"]]
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise ReportSourceError(f"{self.shown}: malformed vector for {query[:60]!r}: {e}") from None
 
     def _range(self, query: str, start: float, end: float, step_s: float = 60.0) -> _Matrix:
         points = int(round((end - start) / step_s)) + 1
         assert points <= MAX_POINTS_PER_SERIES, f"{points} points per series exceed Prometheus' limit"
         form = {"query": query, "start": _ts(start), "end": _ts(end), "step": f"{step_s:g}"}
         form["timeout"] = f"{self.timeout_s:g}s"
+        # VictoriaMetrics rounds start down to a multiple of the step (for its cache) unless told not to; that
+        # would move every window by the 1 ms edge (Prometheus ignores the parameter)
+        form["nocache"] = "1"
         data = self._post("/api/v1/query_range", form)
         if data.get("resultType") != "matrix":
             raise ReportSourceError(f"{self.shown}: expected a matrix for {query[:60]!r}, got {data.get('resultType')}")
         try:
-            return [(dict(r["metric"]), *_points_of(r["values"])) for r in data["result"]]
-        except (KeyError, TypeError, ValueError):
-            raise ReportSourceError(f"{self.shown}: malformed matrix for {query[:60]!r}") from None
+            return [(_labels(r["metric"]), *_points_of(r["values"])) for r in data["result"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ReportSourceError(f"{self.shown}: malformed matrix for {query[:60]!r}: {e}") from None
 
     # --- one load ------------------------------------------------------------------------------
 
@@ -391,12 +434,30 @@ class PrometheusSource:
 
 
 def shown_url(url: str) -> str:
-    """What may be printed of a URL: without a ``user:password@``."""
-    return re.sub(r"//[^/@]*@", "//", url)
+    """What may be printed of a URL: without a ``user:password@`` (:func:`sidecar.outbound.shown_url`)."""
+    return outbound.shown_url(url)
+
+
+def _labels(metric: Any) -> dict[str, str]:
+    """A series' labels; ValueError unless a mapping of strings to strings (the API's documented form)."""
+    if not isinstance(metric, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
+        raise ValueError("labels must be a mapping of strings to strings")
+    return metric
+
+
+def _sample(value: Any) -> float:
+    """The value of an instant vector's ``[<time>, "<value>"]``; ValueError for a time that is not finite."""
+    if not isinstance(value, list) or len(value) != 2 or not math.isfinite(float(value[0])):
+        raise ValueError("a sample is [<finite time>, <value>]")
+    return float(value[1])
 
 
 class _Transient(Exception):
-    """A failure worth retrying (connection, timeout)."""
+    """A failure worth retrying (connection refused or reset)."""
+
+
+class _TimedOut(Exception):
+    """A request that used its whole time: not retried."""
 
 
 def _ts(t: float) -> str:
@@ -440,7 +501,15 @@ class _Reader:
             at,
         )
         pods = _pods(found)
-        series = {p.key: PodSeries.empty(period, p.model, p.name, p.engine, p.labels()) for p in pods}
+        if len(pods) > self.src.max_pods:
+            raise ReportSourceError(
+                f"{len(pods):,} pods match, more than --max-pods {self.src.max_pods:,} (each costs about "
+                f"{_POD_MB:g} MB of memory a week); narrow --selector (e.g. one namespace) or raise --max-pods "
+                "with the memory limit",
+                2,
+            )
+        empty = nan_steps(period)  # shared by every series until its first value arrives (_owned)
+        series = {p.key: _lazy(period, p, empty) for p in pods}
         batches = _batches(pods, self.src.pods_per_query)
         jobs: list[Callable[[], None]] = []
         after: list[Callable[[], None]] = []  # what combines the answers, once all are in
@@ -527,7 +596,7 @@ class _Reader:
         for key, parts in _grouped(self._points(q, period, cs, ce), b.key).items():
             pod = series.get(key)
             if pod is not None:
-                _put(getattr(pod, attr), period, *_merged(parts))
+                _put(_owned(pod, attr), period, *_merged(parts))
 
     def _fill_theoretical(
         self, q: str, b: _Batch, period: Period, series: dict[Any, PodSeries], cs: float, ce: float
@@ -538,7 +607,7 @@ class _Reader:
             for (key, of), parts in result.items():
                 pod = series.get(key)
                 if pod is not None and of == budget:
-                    _put(pod.theoretical_capacity_tokens, period, *_merged(parts))
+                    _put(_owned(pod, "theoretical_capacity_tokens"), period, *_merged(parts))
 
     def _fill_lasts(
         self,
@@ -558,7 +627,7 @@ class _Reader:
             if pod is None:
                 continue
             times, values = _merged(parts)
-            _put(getattr(pod, attr), period, times, values)
+            _put(_owned(pod, attr), period, times, values)
             if times and _step_of(times[0], period) == -1 and math.isfinite(values[0]):
                 before[key] = values[0]
 
@@ -568,7 +637,6 @@ class _Reader:
         self, b: _Batch, period: Period, series: dict[Any, PodSeries], after: list[Callable[[], None]]
     ) -> list[Callable[[], None]]:
         at, rng = period.end - EDGE_S, f"[{_duration(period.seconds)}]"
-        sub = f"[{_duration(period.seconds)}:{SUBQUERY_S}s]"
         usage = self.metric("kvcache_usage_ratio", b.matchers)
         reduced: dict[str, dict[Any, float]] = {}
 
@@ -581,10 +649,21 @@ class _Reader:
         jobs = [collect("max", f"max by ({b.by}) (max_over_time({usage}{rng}))")]
         jobs += [collect(k, f"max by ({b.by}) (quantile_over_time({phi}, {usage}{rng}))") for k, phi in QUANTILES]
         for name, thr in (("warning", self.th.warning), ("watermark", self.th.watermark)):
-            jobs.append(collect(name, f"sum by ({b.by}) (count_over_time(({usage} > {thr!r}){sub})) * {SUBQUERY_S}"))
-        jobs.append(_job(self._seconds_waiting, b, period, reduced))
+            counted = f"sum by ({b.by}) (count_over_time(({usage} > {thr!r}){{sub}})) * {SUBQUERY_S}"
+            jobs += self._daily(period, counted, b.key, reduced.setdefault(name, {}), after)
+        waiting_counts: list[list[tuple[dict[str, str], float]]] = []
+        raw_waiting = self.metric("kvcache_requests_waiting", WAITING_REASONS, b.matchers)
+        for cs, ce in self._chunks(period):
+            q = f"count_over_time(({raw_waiting} > 0)[{_duration(ce - cs)}:{SUBQUERY_S}s]) * {SUBQUERY_S}"
+            jobs.append(_job(lambda q=q, ce=ce: waiting_counts.append(self.src._instant(q, ce - EDGE_S))))
+        after.append(_job(self._seconds_waiting, b, period, waiting_counts, reduced))
         for metric in ("kvcache_gpu_memory_utilization", "kvcache_theoretical_bytes_per_token"):
             jobs.append(collect(metric, f"max by ({b.by}) (last_over_time({self.metric(metric, b.matchers)}{rng}))"))
+        # the sidecars' own sizing, for models the report has no model.config for (figures.py)
+        suggested = self.metric("kvcache_suggested_gpu_memory_utilization", b.matchers)
+        jobs.append(collect("suggested_max", f"max by ({b.by}) (max_over_time({suggested}{rng}))"))
+        fp8 = self.metric("kvcache_lever_capacity_tokens", 'lever="fp8_kv_cache"', b.matchers)
+        jobs.append(collect("fp8_lever", f"max by ({b.by}) (max_over_time({fp8}{rng}))"))
         running = self.metric("kvcache_requests_running", b.matchers)
         jobs.append(collect("running", f"max by ({b.by}) (max_over_time({running}{rng}))"))
         # The newest label set of each info series: the last step it is present in. One range query per
@@ -599,25 +678,59 @@ class _Reader:
         after.append(_job(_apply_figures, b, series, reduced, info))
         return jobs
 
-    def _seconds_waiting(self, b: _Batch, period: Period, reduced: dict[str, dict[Any, float]]) -> None:
+    def _daily(
+        self,
+        period: Period,
+        query: str,
+        key: Callable[[dict[str, str]], Any],
+        into: dict[Any, float],
+        after: list[Callable[[], None]],
+    ) -> list[Callable[[], None]]:
+        """Jobs evaluating ``query`` (its ``{sub}`` the day's subquery range) at each day's end; ``after``
+        sums the days into ``into`` by ``key``."""
+        days: list[_Vector] = []
+        jobs = []
+        for cs, ce in self._chunks(period):
+            q = query.replace("{sub}", f"[{_duration(ce - cs)}:{SUBQUERY_S}s]")
+            jobs.append(_job(lambda q=q, ce=ce: days.append(self.src._instant(q, ce - EDGE_S))))
+
+        def total() -> None:
+            for vector in days:
+                for labels, v in vector:
+                    into[key(labels)] = into.get(key(labels), 0.0) + v
+
+        after.append(total)
+        return jobs
+
+    def _seconds_waiting(
+        self,
+        b: _Batch,
+        period: Period,
+        days: list[list[tuple[dict[str, str], float]]],
+        reduced: dict[str, dict[Any, float]],
+    ) -> None:
         """Per pod, the seconds with requests waiting for KV (any of its series with reason capacity or all).
 
-        Counted per series first: ``max without (reason)`` inside the subquery makes it seven times
-        dearer for Prometheus, and it changes nothing for a pod with at most one series ever above 0;
-        the pods with more are counted again with it.
+        Counted per series and day first (``days``): ``max without (reason)`` inside the subquery makes it
+        seven times dearer for Prometheus, and it changes nothing for a pod with at most one series ever
+        above 0; the pods with more are counted again with it (run here, after the batch's other queries).
         """
-        at, sub = period.end - EDGE_S, f"[{_duration(period.seconds)}:{SUBQUERY_S}s]"
-        raw = self.metric("kvcache_requests_waiting", WAITING_REASONS, b.matchers)
-        counts: dict[Any, list[float]] = {}
-        for labels, v in self.src._instant(f"count_over_time(({raw} > 0){sub}) * {SUBQUERY_S}", at):
-            counts.setdefault(b.key(labels), []).append(v)
-        found = {key: values[0] for key, values in counts.items() if len(values) == 1}
-        several = [p for p in b.pods if len(counts.get(p.key, ())) > 1]
+        per_series: dict[Any, dict[tuple[tuple[str, str], ...], float]] = {}
+        for vector in days:
+            for labels, v in vector:
+                mine = per_series.setdefault(b.key(labels), {})
+                name = tuple(sorted(labels.items()))
+                mine[name] = mine.get(name, 0.0) + v
+        found = {key: next(iter(values.values())) for key, values in per_series.items() if len(values) == 1}
+        several = [p for p in b.pods if len(per_series.get(p.key, ())) > 1]
         if several:
             again = _Batch(b.label, several)
             waiting = self.metric("kvcache_requests_waiting", WAITING_REASONS, again.matchers)
-            q = f"sum by ({again.by}) (count_over_time((max without (reason) ({waiting}) > 0){sub})) * {SUBQUERY_S}"
-            found.update({again.key(labels): v for labels, v in self.src._instant(q, at)})
+            for cs, ce in self._chunks(period):
+                sub = f"[{_duration(ce - cs)}:{SUBQUERY_S}s]"
+                q = f"sum by ({again.by}) (count_over_time((max without (reason) ({waiting}) > 0){sub})) * {SUBQUERY_S}"
+                for labels, v in self.src._instant(q, ce - EDGE_S):
+                    found[again.key(labels)] = found.get(again.key(labels), 0.0) + v
         reduced["waiting"] = found
 
     def _newest_labels(
@@ -695,21 +808,31 @@ class _Reader:
             return
         period = week.period
         at, rng = period.end - EDGE_S, f"[{_duration(period.seconds)}]"
-        sub = f"[{_duration(period.seconds)}:{SUBQUERY_S}s]"
         usage, waiting = self.metric(MODEL_USAGE_RULE), self.metric(MODEL_WAITING_RULE)
         by = "max by (namespace, model_name)"
         queries = {"max": f"{by} (max_over_time({usage}{rng}))"}
         queries.update({k: f"{by} (quantile_over_time({phi}, {usage}{rng}))" for k, phi in QUANTILES})
-        for name, thr in (("warning", self.th.warning), ("watermark", self.th.watermark)):
-            queries[name] = f"{by} (count_over_time(({usage} > {thr!r}){sub})) * {SUBQUERY_S}"
-        queries["waiting"] = f"{by} (count_over_time(({waiting} == 1){sub})) * {SUBQUERY_S}"
+        daily = {
+            name: f"{by} (count_over_time(({usage} > {thr!r}){{sub}})) * {SUBQUERY_S}"
+            for name, thr in (
+                ("warning", self.th.warning),
+                ("watermark", self.th.watermark),
+            )
+        }
+        daily["waiting"] = f"{by} (count_over_time(({waiting} == 1){{sub}})) * {SUBQUERY_S}"
         queries["waiting_present"] = f"{by} (count_over_time({waiting}{rng}))"
         names = list(queries)
         results = self.run([_job(self.src._instant, queries[n], at) for n in names])
-        got = {
-            n: {ModelKey(lb.get("namespace", ""), lb.get("model_name", "")): v for lb, v in res}
-            for n, res in zip(names, results, strict=True)
-        }
+
+        def model_of(labels: Mapping[str, str]) -> ModelKey:
+            return ModelKey(labels.get("namespace", ""), labels.get("model_name", ""))
+
+        got = {n: {model_of(lb): v for lb, v in res} for n, res in zip(names, results, strict=True)}
+        after: list[Callable[[], None]] = []
+        jobs = [job for n, q in daily.items() for job in self._daily(period, q, model_of, got.setdefault(n, {}), after)]
+        self.run(jobs)
+        for finish in after:
+            finish()
         for model in covered:
             if all(model in got[k] for k in ("max", "p50", "p95", "p99")):
                 week.model_usage_quantiles[model] = {k: got[k][model] for k in ("max", "p50", "p95", "p99")}
@@ -725,6 +848,45 @@ def _job(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
 def _step_of(t: float, period: Period) -> int:
     """The step whose end (minus 1 ms) a range query's point ``t`` was evaluated at."""
     return int(round((t + EDGE_S - period.start) / period.step_s)) - 1
+
+
+#: What a pod's series cost: ten arrays of 8 bytes a step over a week (the message of --max-pods).
+_POD_MB = round(10 * 10_080 * 8 / 1e6, 1)
+#: PodSeries fields holding per-step series (shared NaN until written).
+_SERIES_FIELDS = (
+    "usage_max",
+    "usage_mean",
+    "demand_max",
+    "capacity_tokens",
+    "theoretical_capacity_tokens",
+    "preemptions",
+    "prefix_queries",
+    "prefix_hits",
+    "waiting_max",
+    "running_max",
+)
+
+
+def _lazy(period: Period, pod: _Pod, empty: array[float]) -> PodSeries:
+    """A pod's series, each the shared all-NaN ``empty`` until :func:`_owned` gives it its own."""
+    one_step = Period(period.start, period.start + period.step_s, period.step_s)  # allocates next to nothing
+    series = PodSeries.empty(one_step, pod.model, pod.name, pod.engine, pod.labels())
+    for name in _SERIES_FIELDS:
+        setattr(series, name, empty)
+    return series
+
+
+def _owned(pod: PodSeries, name: str) -> MutableSequence[float]:
+    """``pod``'s series ``name``, its own copy made at the first write (the memory follows the data)."""
+    current: MutableSequence[float] = getattr(pod, name)
+    for other in _SERIES_FIELDS:
+        if other != name and getattr(pod, other) is current:
+            break
+    else:
+        return current  # already its own
+    mine = array("d", current)
+    setattr(pod, name, mine)
+    return mine
 
 
 def _put(steps: MutableSequence[float], period: Period, times: array[float], values: array[float]) -> None:
@@ -803,10 +965,15 @@ def _points_of(values: Any) -> tuple[array[float], array[float]]:
         tokens = values.translate(None, b'[]"').split(b",") if values else []
         if len(tokens) % 2:
             raise ValueError("points come in pairs")
-        return array("d", map(float, tokens[0::2])), array("d", map(float, tokens[1::2]))
-    if not isinstance(values, list):
+        times, numbers = array("d", map(float, tokens[0::2])), array("d", map(float, tokens[1::2]))
+    elif not isinstance(values, list):
         raise TypeError("points are a list")
-    return array("d", (float(t) for t, _ in values)), array("d", (float(v) for _, v in values))
+    else:
+        times = array("d", (float(t) for t, _ in values))
+        numbers = array("d", (float(v) for _, v in values))
+    if not math.isfinite(sum(times)):
+        raise ValueError("a point's time is not a finite number")
+    return times, numbers
 
 
 def _increases(before: dict[str, dict[Any, float]], series: dict[Any, PodSeries], b: _Batch) -> None:
@@ -844,6 +1011,8 @@ def _apply_figures(
         pod.gpu_memory_utilization = reduced["kvcache_gpu_memory_utilization"].get(p.key)
         pod.bytes_per_token = reduced["kvcache_theoretical_bytes_per_token"].get(p.key)
         pod.requests_running_peak = reduced["running"].get(p.key)
+        pod.suggested_gpu_memory_utilization_max = reduced["suggested_max"].get(p.key)
+        pod.fp8_lever_capacity_tokens = reduced["fp8_lever"].get(p.key)
     for metric, newest in info.items():
         for key, labels in newest.items():
             if key not in series:

@@ -47,6 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from ..forecast import recommendation
 from .data import Page, Period
 from .results import Advice, ModelReport, PodReport, Report
 
@@ -62,16 +63,9 @@ PLOT_CAPTIONS = {
     "heatmap": "Peak usage by hour of the week (UTC, Monday first)",
 }
 
-ACTION_TEXT = {
-    "none": "none",
-    "raise_gpu_memory_utilization": "raise gpu_memory_utilization",
-    "lower_gpu_memory_utilization": "lower gpu_memory_utilization",
-    "raise_kv_cache_memory_bytes": "raise kv_cache_memory_bytes",
-    "lower_kv_cache_memory_bytes": "lower kv_cache_memory_bytes",
-    "enable_fp8_kv_cache": "enable the fp8 KV cache",
-    "add_replicas": "add replicas",
-    "lower_max_model_len": "lower max_model_len",
-}
+#: Human text for every action and reason (the daemon's enums, never shown raw).
+ACTION_TEXT = recommendation.ACTION_TEXT
+REASON_TEXT = recommendation.REASON_TEXT
 
 LEVER_TEXT = {
     "fp8_kv_cache": "fp8 KV cache",
@@ -386,8 +380,9 @@ def _fleet_table(report: Report, slugs: list[str]) -> Table:
         f"Above watermark ({pct(report.watermark)})",
         "Peak demand / usable",
         "Preemptions",
-        "Pages",
+        "Pages (critical / warning)",
         "Growth",
+        "Replicas (now → needed)",
         "Action",
     ]
     rows = [
@@ -399,13 +394,38 @@ def _fleet_table(report: Report, slugs: list[str]) -> Table:
             hours(m.usage.hours_above_watermark),
             pct(m.capacity.peak_demand_ratio),
             count(m.pressure.preemptions),
-            count(len(m.pages)) if report.pages_known else "—",
-            m.growth.verdict,
+            _pages_by_severity(m.pages) if report.pages_known else "—",
+            _growth_text(m),
+            _replicas(m.advice),
             action(m.advice.action),
         ]
         for m in report.models
     ]
-    return Table(header, rows, "lrrrrrrrll", link_first=[f"model-{s}" for s in slugs])
+    return Table(header, rows, "lrrrrrrrlrl", link_first=[f"model-{s}" for s in slugs])
+
+
+def _pages_by_severity(pages: Sequence[Page]) -> str:
+    """``6 / 14``: critical pages (what paged) and warnings, never one count of both."""
+    critical = sum(1 for p in pages if p.severity == "critical")
+    return f"{critical} / {len(pages) - critical}"
+
+
+def _replicas(a: Advice) -> str:
+    if a.replicas_now is None or a.suggested_replicas is None:
+        return NONE
+    return (
+        f"{a.replicas_now} → {a.suggested_replicas}" if a.suggested_replicas != a.replicas_now else str(a.replicas_now)
+    )
+
+
+def _growth_text(m: ModelReport) -> str:
+    """The verdict, in words: "already full" never beside a number of weeks."""
+    g = m.growth
+    if g.verdict == "at capacity":
+        return "already full"
+    if g.verdict == "growing" and _known(g.weeks_until_full):
+        return f"growing, full in {weeks(g.weeks_until_full)}"
+    return g.verdict
 
 
 def _model_blocks(report: Report, m: ModelReport, slug: str) -> Iterator[Any]:
@@ -417,7 +437,7 @@ def _model_blocks(report: Report, m: ModelReport, slug: str) -> Iterator[Any]:
     yield Heading(3, "Recommendation")
     yield from _advice_blocks(report, m.advice)
     yield Heading(3, "Pods")
-    yield _pods_table(m.pods)
+    yield _pods_table(m.pods, m.advice.even_share_tokens)
     yield Heading(3, "Pages")
     if not report.pages_known:
         yield Para(f"Not known from {report.source}: alerts are evaluated by Prometheus (its ALERTS series).")
@@ -430,7 +450,7 @@ def _model_blocks(report: Report, m: ModelReport, slug: str) -> Iterator[Any]:
 
 def _figure_rows(m: ModelReport) -> list[list[str]]:
     u, c, p, g = m.usage, m.capacity, m.pressure, m.growth
-    worst = f"{count(p.worst_hour_preemptions)} in the hour from {when(p.worst_hour_start)}"
+    worst = f"{count(p.worst_hour_preemptions)} preemptions in the hour from {when(p.worst_hour_start)}"
     return [
         [
             "Usage: peak / p50 / p95 / p99",
@@ -444,43 +464,54 @@ def _figure_rows(m: ModelReport) -> list[list[str]]:
         ["Peak demand, tokens", f"{tokens(c.peak_demand_tokens)} ({pct(c.peak_demand_ratio)} of usable)"],
         ["Idle at the peak", pct(c.idle_ratio)],
         ["Preemptions", count(p.preemptions)],
-        ["Worst hour", worst if p.worst_hour_start is not None else NONE],
+        ["Worst hour for preemptions", worst if p.worst_hour_start is not None else NONE],
         ["Hours with requests waiting for KV", hours(p.hours_waiting)],
         ["Prefix-cache hit ratio", pct(p.prefix_hit_ratio)],
         ["Peak demand the period before, tokens", tokens(g.previous_peak_demand_tokens)],
         ["Change of peak demand", change(g.change_ratio)],
-        ["Growth", g.verdict + (f", full in {weeks(g.weeks_until_full)}" if _known(g.weeks_until_full) else "")],
+        ["Growth", _growth_text(m)],
     ]
 
 
 def _advice_blocks(report: Report, a: Advice) -> Iterator[Any]:
     yield Para(a.sentence or f"{action(a.action)}.")
+    if a.uneven:
+        yield Para(a.uneven)
     if _known(a.peak_usage_after_ratio):
         yield Para(
             f"Effect: the period's peak would sit at {pct(a.peak_usage_after_ratio)} of the new capacity "
             f"(target {pct(report.target_usage)})."
         )
-    details = [
-        ("Suggested gpu_memory_utilization", f"{a.suggested_gpu_memory_utilization:.2f}")
-        if _known(a.suggested_gpu_memory_utilization)
-        else None,
-        ("Suggested kv_cache_memory_bytes", gib(a.suggested_kv_cache_memory_bytes))
-        if a.suggested_kv_cache_memory_bytes is not None
-        else None,
-        ("Suggested replicas", str(a.suggested_replicas)) if a.suggested_replicas is not None else None,
-        ("Capacity short of the target, tokens", tokens(a.capacity_shortfall_tokens))
-        if a.capacity_shortfall_tokens is not None
-        else None,
-    ]
-    lines = [f"{k}: {v}" for k, v in (d for d in details if d is not None)]
-    lines += [f"With {LEVER_TEXT.get(k, k)}: {tokens(v)} tokens" for k, v in sorted(a.levers.items())]
-    lines.append(f"Action: {action(a.action)} (reason: {a.reason.replace('_', ' ')})")
+    gpus = a.gpus_per_replica
+    lines = []
+    if a.replicas_now is not None and a.capacity_now_tokens is not None:
+        now = ", ".join(a.current_flags) or "settings unknown"
+        on = f"{a.replicas_now} replica{'s' if a.replicas_now != 1 else ''}" + (
+            f" ({a.replicas_now * gpus} GPUs)" if gpus else ""
+        )
+        lines.append(f"Now: {now} on {on}, {tokens(a.capacity_now_tokens)} tokens of pool per replica (vLLM's figure)")
+    if a.set_flags and a.suggested_replicas is not None and a.capacity_after_tokens is not None:
+        n = a.suggested_replicas
+        on = f"{n} replica{'s' if n != 1 else ''}" + (f" ({n * gpus} GPUs)" if gpus else "")
+        lines.append(
+            f"Recommended: {', '.join(a.set_flags)} on {on}, "
+            f"{tokens(a.capacity_after_tokens)} tokens of pool per replica"
+        )
+    if a.replicas_needed_now is not None:
+        lines.append(f"Replicas the peak needs at the target with today's setting: {a.replicas_needed_now}")
+    if a.concurrency_now is not None and a.concurrency_after is not None:
+        lines.append(f"Max-length requests per replica: {a.concurrency_now} → {a.concurrency_after}")
+    if a.capacity_shortfall_tokens is not None:
+        lines.append(f"One replica's shortfall at the upper bound: {tokens(a.capacity_shortfall_tokens)} tokens")
+    lines += [f"With {LEVER_TEXT.get(k, k)}: {tokens(v)} tokens per replica" for k, v in sorted(a.levers.items())]
+    lines.append(f"Action: {action(a.action)} ({REASON_TEXT.get(a.reason, a.reason.replace('_', ' '))})")
     yield Items(lines)
 
 
-def _pods_table(pods: list[PodReport]) -> Table:
+def _pods_table(pods: list[PodReport], even_share: float | None) -> Table:
+    """Each pod's figures and its own peak over the even share of the workload's (the advice is per workload)."""
     header = ["Pod", "Engine", "Peak", "p95", "Above warning", "Above watermark"]
-    header += ["Usable tokens", "Peak demand / usable", "Preemptions", "Pages", "Action"]
+    header += ["Usable tokens", "Peak demand / usable", "Peak demand / even share", "Preemptions", "Pages"]
     rows = [
         [
             p.pod,
@@ -491,13 +522,15 @@ def _pods_table(pods: list[PodReport]) -> Table:
             hours(p.usage.hours_above_watermark),
             tokens(p.capacity.usable_tokens),
             pct(p.capacity.peak_demand_ratio),
+            pct(p.capacity.peak_demand_tokens / even_share)
+            if even_share and p.capacity.peak_demand_tokens is not None
+            else NONE,
             count(p.pressure.preemptions),
             count(p.pages),
-            action(p.advice.action),
         ]
         for p in pods
     ]
-    return Table(header, rows, "llrrrrrrrrl")
+    return Table(header, rows, "llrrrrrrrrr")
 
 
 def _page_text(p: Page) -> str:
@@ -542,12 +575,25 @@ def _md_block(block: Any, images_folder: str) -> list[str]:
     raise TypeError(f"unknown block {block!r}")
 
 
+#: What Markdown and GFM read as syntax in running text: emphasis, code, links and images, raw HTML and
+#: entities, strikethrough, table cells (CommonMark 0.31 "Backslash escapes": any ASCII punctuation may be
+#: escaped; GFM 0.29 "Tables": ``\\|`` inside a cell). An ``_`` between two letters or digits is left as
+#: it is: CommonMark never reads it as emphasis ("Emphasis and strong emphasis", rule 2), so
+#: ``gpu_memory_utilization`` stays readable in the file.
+_MD_SPECIAL = re.compile(r"[\\`*\[\]<>|&~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+#: Line and paragraph breaks (and every other control character): a label value stays on its line.
+_MD_BREAKS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
+
+
 def _md_text(text: str) -> str:
-    return text.replace("\n", " ")
+    """Plain text as Markdown that shows it as it is: a label value cannot add HTML, a link, an image,
+    emphasis, a table column or a line (breaks become a space, syntax characters are escaped)."""
+    out = _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), _MD_BREAKS.sub(" ", text))
+    return "\\" + out if out[:1] in ("#", "+", "=", ">") else out
 
 
 def _md_cell(text: str) -> str:
-    return _md_text(text).replace("|", "\\|")
+    return _md_text(text)
 
 
 # ----------------------------------------------------------------------------- HTML

@@ -14,6 +14,10 @@ the given time zone, so "06:00" stays 06:00 local across a daylight-saving chang
 while the machine slept are run once), and ``misfire_grace_time`` of :data:`MISFIRE_GRACE_S`
 (3.x's default of 1 s would skip a Monday report whenever the process was busy at 06:00).
 
+Stopping: SIGTERM/SIGINT end a report still reading its source within a fraction of a second
+(:func:`sidecar.outbound.cancel_all`: its requests are abandoned and it writes nothing); a report
+already writing its files finishes them.
+
 Failures: a report that fails is logged on one line and the scheduler keeps going (the next
 Monday still runs); a delivery that fails after its retries is logged, and the files of that
 report, already written, stay as they are.
@@ -34,6 +38,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 
+from .. import outbound
 from .deliver import DeliveryError, post_summary
 
 log = logging.getLogger("kv_sidecar.report")
@@ -162,7 +167,11 @@ def run_reporter(
     try:
         stop.wait()
     finally:
-        scheduler.shutdown(wait=True)  # a report being written finishes: its files are never cut short
+        # A report still reading stops within a fraction of a second (its requests are abandoned, it fails
+        # and writes nothing); one already writing its files finishes: they are never cut short.
+        outbound.cancel_all()
+        scheduler.shutdown(wait=True)
+        outbound.CANCELLED.clear()  # a process that goes on (tests) sends again
         log.info("reporter stopped")
 
 

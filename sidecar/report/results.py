@@ -80,6 +80,25 @@ class Advice:
     levers: dict[str, float] = field(default_factory=dict)
     #: usage the period's peak would sit at after the change (None: no change computed)
     peak_usage_after_ratio: float | None = None
+    #: A model's advice is its workload's (sidecar.forecast.policy.advise_workload); a pod's leaves these empty.
+    #: the memory flag vLLM runs with now, and the exact flags to set ("--gpu-memory-utilization 0.924")
+    current_flags: list[str] = field(default_factory=list)
+    set_flags: list[str] = field(default_factory=list)
+    replicas_now: int | None = None
+    #: replicas the peak needs at target_usage at today's setting (suggested_replicas: with the advice applied)
+    replicas_needed_now: int | None = None
+    #: GPUs one replica takes (tp × pp from kvcache_model_info; None: not exported)
+    gpus_per_replica: int | None = None
+    #: one replica's capacity (vLLM's figure, tokens) now and with the advice applied
+    capacity_now_tokens: float | None = None
+    capacity_after_tokens: float | None = None
+    #: requests of max_model_len one replica holds now and after (None: max_model_len unknown)
+    concurrency_now: int | None = None
+    concurrency_after: int | None = None
+    #: the workload's peak ÷ replicas: what each replica holds behind a balanced router
+    even_share_tokens: float | None = None
+    #: a finding of its own: "load is uneven across replicas: ..." ("" when it is not)
+    uneven: str = ""
 
 
 @dataclass(frozen=True)

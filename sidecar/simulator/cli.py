@@ -11,7 +11,8 @@ from ..generations import GENERATIONS, Generation
 from .config import SimConfig
 from .scenarios import SCENARIOS
 from .server import SimServer
-from .simulation import Simulator, SimulatorConfigError
+from .simulation import Simulator, SimulatorConfigError, pool_for_peak
+from .trace import TraceError, TracePlay, load_trace
 
 #: CLI flag -> SimConfig field, for the flags that override the scenario's server.
 CONFIG_FLAGS = {
@@ -55,6 +56,22 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=Generation.V1_CAPACITY_LABELS.value,
         choices=GENERATIONS,
         help="which vLLM release's metric names to serve",
+    )
+    t = p.add_argument_group("trace (arrivals and lengths from a real trace; see docs/simulator.md)")
+    t.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="replay this trace instead of the scenario's arrivals: Azure CSV (TIMESTAMP,ContextTokens,"
+        "GeneratedTokens), Mooncake JSONL (timestamp ms, input_length, output_length), or CSV/JSONL of "
+        "arrival_s,prompt_tokens,output_tokens",
+    )
+    t.add_argument("--trace-speed", type=float, default=1.0, help="trace seconds per simulated second")
+    t.add_argument("--trace-offset", type=float, default=0.0, help="start this many trace seconds in")
+    t.add_argument("--trace-loop", action="store_true", help="start the trace again when it ends")
+    t.add_argument(
+        "--trace-peak-usage",
+        type=float,
+        help="size the KV pool so that the trace's peaks reach this usage (above 1: it preempts at its peaks)",
     )
     g = p.add_argument_group("server (defaults: the scenario's server; see docs/simulator.md)")
     g.add_argument("--model-name", help="served model name (model_name label)")
@@ -103,7 +120,28 @@ def build_simulator(args: argparse.Namespace) -> Simulator:
     problems += config.problems()
     if problems:
         raise SimulatorConfigError(problems)
+    if getattr(args, "trace", None):
+        return _trace_simulator(args, config, scenario.restart_at)
+    if getattr(args, "trace_peak_usage", None) is not None:
+        raise SimulatorConfigError(["--trace-peak-usage: needs --trace FILE"])
     return Simulator(config, scenario, args.seed)
+
+
+def _trace_simulator(args: argparse.Namespace, config: SimConfig, restart_at: float | None) -> Simulator:
+    """The scenario's server (and restart) replaying ``--trace``; the pool sized by ``--trace-peak-usage``."""
+    try:
+        play = TracePlay(load_trace(args.trace), args.trace_speed, args.trace_offset, args.trace_loop)
+    except TraceError as e:
+        raise SimulatorConfigError([f"--trace: {e}"]) from None
+    problems = play.problems()
+    peak = args.trace_peak_usage
+    if peak is not None and not peak > 0:
+        problems.append(f"--trace-peak-usage: must be > 0, got {peak:g}")
+    if problems:
+        raise SimulatorConfigError(problems)
+    if peak is not None:
+        config = pool_for_peak(play, config, peak)
+    return Simulator(config, play.scenario(config, restart_at=restart_at), args.seed, play)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     server.start()
     c = sim.config
     print(
-        f"simulated vLLM ({args.scenario}, seed {args.seed}, speed {args.speed}x, "
+        f"simulated vLLM ({sim.scenario.name if args.trace else args.scenario}, seed {args.seed}, speed {args.speed}x, "
         f"{c.engines} engine(s) x {c.num_blocks} blocks of {c.block_size} tokens, metrics "
         f"generation {args.metrics_generation}) serving {server.url}/metrics",
         flush=True,

@@ -18,6 +18,7 @@ from .config import SimConfig
 from .engine import Engine, RequestSpec
 from .exposition import render
 from .scenarios import SCENARIOS, Scenario, Workload
+from .trace import TracePlay, TraceWorkload
 
 
 class SimulatorConfigError(ValueError):
@@ -29,7 +30,15 @@ class SimulatorConfigError(ValueError):
 
 
 class Simulator:
-    def __init__(self, config: SimConfig | None = None, scenario: str | Scenario = "steady", seed: int = 0) -> None:
+    def __init__(
+        self,
+        config: SimConfig | None = None,
+        scenario: str | Scenario = "steady",
+        seed: int = 0,
+        trace: TracePlay | None = None,
+    ) -> None:
+        """``trace``: the arrivals and lengths come from this trace instead of the scenario's generator
+        (the scenario still gives the server and any restart; :meth:`TracePlay.scenario` makes one)."""
         if isinstance(scenario, str):
             if scenario not in SCENARIOS:
                 raise SimulatorConfigError(
@@ -42,7 +51,12 @@ class Simulator:
         if problems:
             raise SimulatorConfigError(problems)
         self.seed = seed
-        self.workload = Workload(scenario, seed, self.config.max_model_len)
+        self.trace = trace
+        self.workload: Workload | TraceWorkload = (
+            trace.workload(self.config.max_model_len)
+            if trace is not None
+            else Workload(scenario, seed, self.config.max_model_len)
+        )
         self.now = 0.0
         #: Simulated time the (current) server process started; moves on a restart.
         self.started_at = 0.0
@@ -56,7 +70,7 @@ class Simulator:
     # -- replays ------------------------------------------------------------------
     def rerun(self, config: SimConfig) -> Simulator:
         """The same scenario and seed (hence the same requests) on another server config."""
-        return Simulator(config, self.scenario, self.seed)
+        return Simulator(config, self.scenario, self.seed, self.trace)
 
     def with_gpu_memory_utilization(self, utilization: float) -> Simulator:
         """A fresh run of the same workload with ``--gpu-memory-utilization`` changed."""
@@ -157,3 +171,43 @@ class Simulator:
     def render(self, generation: Generation | str = Generation.V1_CAPACITY_LABELS) -> str:
         """The ``/metrics`` body a vLLM of that metric generation would serve now."""
         return render(self, Generation(generation))
+
+
+#: How often :func:`peak_used_blocks` looks at the pool: the sidecar's default scrape interval, so that
+#: "the peaks reach 0.95" means what a scrape of the sized server would show.
+PEAK_SAMPLE_S = 5.0
+
+
+def peak_used_blocks(play: TracePlay, config: SimConfig, *, sample_s: float = PEAK_SAMPLE_S) -> int:
+    """The most KV blocks the trace holds at once on ``config``'s server with a pool that never fills.
+
+    The trace is replayed once (no loop) with ``num_gpu_blocks_override`` large enough for every
+    request of the trace at its full length at once, and the used blocks are read every ``sample_s``
+    simulated seconds: the trace's peak demand on that scheduler (``max_num_seqs`` and
+    ``max_num_batched_tokens`` still apply).
+    """
+    unbounded = sum(
+        -(-min(r.prompt_tokens + r.output_tokens, config.max_model_len) // config.block_size)
+        for r in play.trace.requests
+    )
+    big = config.replace(num_gpu_blocks_override=unbounded + 2, kv_cache_memory_bytes=None)
+    sim = Simulator(big, play.scenario(big), 0, TracePlay(play.trace, play.speed, play.offset_s, loop=False))
+    peak, t, end = 0, 0.0, play.duration_s
+    while t < end:
+        t += sample_s
+        sim.advance_to(t)
+        peak = max(peak, sim.used_blocks // max(1, big.engines))
+    return peak
+
+
+def pool_for_peak(play: TracePlay, config: SimConfig, peak_usage: float) -> SimConfig:
+    """``config`` with ``num_gpu_blocks_override`` set so that the trace's peaks reach ``peak_usage``.
+
+    usable blocks = ⌈peak used blocks ÷ peak_usage⌉, plus vLLM's null block (usage is
+    used ÷ (num_gpu_blocks − 1), ``vllm/v1/core/block_pool.py`` ``get_usage``). Above 1 the pool
+    is smaller than the peaks: the trace preempts at its busiest moments.
+    """
+    if not peak_usage > 0:
+        raise ValueError(f"--trace-peak-usage: must be > 0, got {peak_usage:g}")
+    peak = peak_used_blocks(play, config)
+    return config.replace(num_gpu_blocks_override=max(2, math.ceil(peak / peak_usage)) + 1, kv_cache_memory_bytes=None)

@@ -49,7 +49,7 @@ def test_h100_is_about_79_2_gib_not_80():
     assert parse_memory("80GB") < parse_memory("H100-80GB") < parse_memory("80GiB")
 
 
-@pytest.mark.parametrize("text", ["80", "lots", "80G", "-1GiB", "0GiB", "B200-192GB", ""])
+@pytest.mark.parametrize("text", ["80", "lots", "80G", "-1GiB", "0GiB", "MI355X-288GB", ""])
 def test_parse_memory_refuses(text):
     if text == "80":  # a bare number is bytes: valid, just tiny
         assert parse_memory(text) == 80
@@ -149,16 +149,6 @@ def test_activation_estimate_in_observed_range():
         spec = load_model(config_path(name))
         act = activation_estimate_bytes(spec, kv_layout(spec), 2048)
         assert 0.2 * GiB <= act <= 1.5 * GiB, name
-
-
-def test_h100_llama8b_estimate_is_plausible():
-    """A real v0.11 H100 log: util 0.9, weights 14.08, activation 1.97, non-torch 0.07,
-    graphs 0.67 GiB → about 54.5 GiB of KV; the estimate must land within 2 GiB."""
-    spec = load_model(config_path("Llama-3.1-8B"))
-    layout = kv_layout(spec)
-    b = estimate_budget(spec, layout, gpu_memory_bytes=parse_memory("H100-80GB"), gpu_memory_utilization=0.9)
-    measured = (71.27 - 14.08 - 1.97 - 0.07 - 0.67) * GiB
-    assert abs(b.kv_budget_bytes - measured) < 2 * GiB
 
 
 def test_budget_refusals():

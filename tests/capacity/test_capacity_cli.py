@@ -152,7 +152,7 @@ def test_a_4k_model_runs_with_the_defaults():
 
 def test_measured_weights_replace_the_estimate():
     """--weights-memory: vLLM's "Model loading took 64.4 GiB" for gpt-oss-120b (docs/capacity.md, "The budget")."""
-    base = ["--model-config", str(config_path("gpt-oss-120b")), "--gpu-memory", "H100-80GB", "--format", "json"]
+    base = ["--model-config", str(config_path("gpt-oss-120b")), "--gpu-memory", "H200-141GB", "--format", "json"]
     estimated = json.loads(capacity(*base).stdout)
     out = capacity(*base, "--weights-memory", "64.4GiB")
     assert out.returncode == 0, out.stderr
@@ -274,8 +274,8 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
         ({"foo": 1}, "architectures: missing"),
         (
             {
-                "architectures": ["LlamaForCausalLM"],
-                "model_type": "llama",
+                "architectures": ["MyModelForCausalLM"],
+                "model_type": "my_model",  # no class defaults known: nothing to fill it from
                 "hidden_size": 4096,
                 "num_attention_heads": 32,
             },
@@ -295,3 +295,29 @@ def test_invalid_json(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     out = capacity("--model-config", str(tmp_path / "config.json"))
     assert out.returncode == 2 and "not valid JSON" in out.stderr
+
+
+def test_explain_prints_the_terms_as_vllm_logs_them():
+    out = capacity("--model-config", str(config_path("Llama-3.1-8B")), "--gpu-memory", "H100-80GB", "--explain")
+    assert out.returncode == 0, out.stderr
+    assert "Desired GPU memory utilization is (0.90, 71.27 GiB)" in out.stdout
+    assert "sampler" in out.stdout and "1024 sequences" in out.stdout
+
+
+def test_from_log_shows_each_terms_error():
+    log = config_path("Llama-3.1-8B").parents[1] / "vllm-logs" / "vllm23278-gpt-oss-120b-h100.log"
+    out = capacity(
+        "--model-config", str(config_path("gpt-oss-120b")), "--gpu-memory", "H100-80GB", "--from-log", str(log)
+    )
+    assert out.returncode == 0, out.stderr
+    budget_row = [line for line in out.stdout.splitlines() if line.startswith("budget ")][-1]
+    assert "-2.14 GiB" in budget_row  # the logged budget, beside the estimate and the error
+
+
+def test_from_log_without_a_profile_is_one_line(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO nothing here\n")
+    out = capacity(
+        "--model-config", str(config_path("Llama-3.1-8B")), "--gpu-memory", "H100-80GB", "--from-log", str(log)
+    )
+    assert out.returncode == 2 and "no memory profile found" in out.stderr

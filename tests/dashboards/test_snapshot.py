@@ -249,3 +249,31 @@ def test_value_mappings_are_shown_as_grafana_shows_them(value, shown):
         {"type": "value", "options": {"0": {"text": "idle"}}},
     ]
     assert mapped_text(mappings, value) == shown
+
+
+def test_time_until_full_reads_in_three_states_on_a_log_axis(tmp_path):
+    """The Fleet's "Time until full by pod" as the snapshot draws it: a log axis from 1 min to 6 h, so a pod not
+    filling (at the cap), one filling hours away and one full within 15 minutes sit far apart, the last in the
+    red band; on the linear 0-6 h axis it had, the 15-minute band was 4% of the height."""
+    from sidecar.artifacts.dashboards import TIME_UNTIL_GRAPH_CAP_S, TIME_UNTIL_GRAPH_FLOOR_S, build_dashboards
+    from sidecar.artifacts.params import DASHBOARD_OVERVIEW_UID
+    from sidecar.artifacts.snapshot import Box, Canvas, PanelData, Series, TimeRange, draw_timeseries
+
+    panels = build_dashboards()[DASHBOARD_OVERVIEW_UID]["panels"]
+    (panel,) = [
+        p for row in panels for p in [row, *row.get("panels", [])] if p.get("title") == "Time until full by pod"
+    ]
+    times = [0.0, 60.0, 120.0]
+    states = {"not filling": TIME_UNTIL_GRAPH_CAP_S, "hours away": 2 * 3600.0, "full soon": 300.0}
+    data = PanelData([Series(name, {}, "A", times, [v] * 3) for name, v in states.items()])
+    canvas = Canvas(600, 300)
+    draw_timeseries(canvas, Box(0, 0, 600, 300), panel, data, TimeRange.of(0, 120, 60), [])
+    (ax,) = canvas.fig.axes
+    assert ax.get_yscale() == "log" and ax.get_ylim() == (TIME_UNTIL_GRAPH_FLOOR_S, TIME_UNTIL_GRAPH_CAP_S)
+    ticks = [ax.yaxis.get_major_formatter()(t, i) for i, t in enumerate(ax.get_yticks())]
+    assert ticks == ["1 min", "5 min", "15 min", "1 hour", "6 hours"], ticks
+    # where each state sits, as a share of the axis' height: apart by at least a fifth of it
+    to_axes = ax.transAxes.inverted()
+    height = {name: to_axes.transform(ax.transData.transform((0, v)))[1] for name, v in states.items()}
+    assert height["full soon"] < 0.4 < height["hours away"] < 0.9 < height["not filling"] + 1e-9
+    canvas.save(tmp_path / "until.png")

@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "alerts"))
 from alerttools import require_tool  # noqa: E402
-from deploytools import COMPONENTS, DEPLOY, KUSTOMIZATIONS, Obj, kustomize  # noqa: E402
+from deploytools import COMPONENTS, DEPLOY, KUSTOMIZATIONS, NETWORK_POLICY, Obj, kustomize  # noqa: E402
 
 #: A vLLM Deployment written by someone else: its own labels, an init container of its own, the
 #: model on a volume named "model" at another path, and no volumes or init containers named like ours.
@@ -49,18 +49,34 @@ THEIR_DEPLOYMENT: Obj = {
 }
 
 
+def their_workload(kind: str) -> Obj:
+    """THEIR_DEPLOYMENT, or the same pod template in a StatefulSet of theirs."""
+    if kind == "Deployment":
+        return THEIR_DEPLOYMENT
+    spec = {k: v for k, v in THEIR_DEPLOYMENT["spec"].items()}
+    return {**THEIR_DEPLOYMENT, "kind": kind, "spec": {**spec, "serviceName": "vllm"}}
+
+
+def _on_their_workload(root, kind: str, components: list[str]) -> list[Obj]:
+    (root / "workload.yaml").write_text(yaml.safe_dump(their_workload(kind)), encoding="utf-8")
+    (root / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {"resources": ["workload.yaml"], "components": [os.path.relpath(DEPLOY / c, root) for c in components]}
+        ),
+        encoding="utf-8",
+    )
+    return kustomize(root)
+
+
 @pytest.fixture(scope="session")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Obj]]:
-    """deploy/ path -> its rendered objects: every kustomization, and each component on THEIR_DEPLOYMENT."""
+    """deploy/ path -> its rendered objects: every kustomization, each component on a workload of theirs."""
     out = {path: kustomize(DEPLOY / path) for path in KUSTOMIZATIONS}
     for path in COMPONENTS:
-        root = tmp_path_factory.mktemp(path.replace("/", "-"))
-        (root / "deployment.yaml").write_text(yaml.safe_dump(THEIR_DEPLOYMENT), encoding="utf-8")
-        (root / "kustomization.yaml").write_text(
-            yaml.safe_dump({"resources": ["deployment.yaml"], "components": [os.path.relpath(DEPLOY / path, root)]}),
-            encoding="utf-8",
-        )
-        out[path] = kustomize(root)
+        kind = "StatefulSet" if path.endswith("statefulset") else "Deployment"
+        out[path] = _on_their_workload(tmp_path_factory.mktemp(path.replace("/", "-")), kind, [path])
+    root = tmp_path_factory.mktemp("network-policy")
+    out[NETWORK_POLICY] = _on_their_workload(root, "Deployment", [COMPONENTS[0], NETWORK_POLICY])
     return out
 
 

@@ -29,9 +29,21 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 
 #: Every kustomization of deploy/ a user applies, by the path they give kubectl.
-KUSTOMIZATIONS = ("base", "overlays/dev", "overlays/prod", "examples/keda", "grafana")
-#: The components, rendered on a Deployment that is not ours (tests/deploy/conftest.py).
-COMPONENTS = ("components/kv-cache-sidecar", "components/legacy-sidecar")
+KUSTOMIZATIONS = (
+    "base",
+    "overlays/dev",
+    "overlays/prod",
+    "examples/keda",
+    "examples/vllm",
+    "examples/two-deployments",
+    "examples/leaderworkerset",
+    "examples/kserve",
+    "grafana",
+)
+#: The sidecar's components, each rendered on a workload of its kind that is not ours (tests/deploy/conftest.py).
+COMPONENTS = ("components/kv-cache-sidecar", "components/native-sidecar", "components/statefulset")
+#: The opt-in NetworkPolicy, rendered with components/kv-cache-sidecar on the same workload.
+NETWORK_POLICY = "components/network-policy"
 #: The oldest Kubernetes the deployment claims: native sidecars are on by default from 1.29.
 OLDEST_CLAIMED = Version("1.29")
 
@@ -64,7 +76,7 @@ def one(objs: list[Obj], kind: str, name: str | None = None) -> Obj:
 
 
 def pod_spec(obj: Obj) -> Obj:
-    """The pod template's spec of a Deployment or a CronJob."""
+    """The pod template's spec of a Deployment, a StatefulSet or a CronJob."""
     if obj["kind"] == "CronJob":
         spec: Obj = obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
         return spec
@@ -84,7 +96,10 @@ BUNDLED_MODEL = REPO / "sidecar" / "data" / "llama-3.1-8b.config.json"
 
 
 def deployment(rendered, path: str) -> Obj:
-    return one(rendered[path], "Deployment")
+    """The one workload (Deployment or StatefulSet) of a rendering."""
+    found = [o for o in rendered[path] if o["kind"] in ("Deployment", "StatefulSet")]
+    assert len(found) == 1, f"{len(found)} workloads in {path}, expected 1"
+    return found[0]
 
 
 def sidecar_of(rendered, path: str) -> Obj:

@@ -1,8 +1,9 @@
 """deploy/, field by field: what a user applies does what docs/kubernetes.md says it does.
 
-The sidecar is a native sidecar without a readinessProbe and meets the "restricted" profile; the
-PodMonitor's port exists on the pod it selects and carries kube-prometheus-stack's release label; the
-ConfigMap's configuration passes ``kv-sidecar check-config``; the PrometheusRule is the rules file (or
+The sidecar is a plain container without any probe (never in vLLM's way: docs/kubernetes.md, "Never gate
+vLLM") and meets the "restricted" profile; the PodMonitor's ports exist on the pod it selects and it carries
+kube-prometheus-stack's release label; the opt-in NetworkPolicy keeps every port but the sidecar's open to
+every peer; each workload's ConfigMap passes ``kv-sidecar check-config``; the PrometheusRule is the rules file (or
 the rules rendered from the overlay's own configuration); the dashboards' ConfigMaps are dashboards/;
 the report's CronJob runs the same image with arguments ``kv-sidecar`` accepts.
 """
@@ -19,6 +20,7 @@ import pytest
 import yaml
 from deploytools import (
     COMPONENTS,
+    NETWORK_POLICY,
     REPO,
     by_kind,
     config_of,
@@ -40,8 +42,11 @@ from sidecar.cli import build_parser
 from sidecar.settings import DEFAULT_TARGET
 
 OVERLAY_PATHS = tuple(f"overlays/{o.name}" for o in OVERLAYS)
-#: Every rendering that holds a pod with the sidecar.
-WITH_SIDECAR = ("base", *OVERLAY_PATHS, *COMPONENTS)
+#: Every rendering that holds a pod with the sidecar. The overlays hold none: they install the monitoring.
+WITH_SIDECAR = ("examples/vllm", *COMPONENTS)
+#: Where the sidecar is a plain container (the default) and where a native sidecar (opt-in).
+PLAIN = ("examples/vllm", "components/kv-cache-sidecar", "components/statefulset")
+NATIVE = ("components/native-sidecar",)
 
 
 # ----------------------------------------------------------------------------- the sidecar
@@ -54,7 +59,7 @@ def test_the_sidecar_meets_the_restricted_profile_on_its_own(rendered, path):
 
 
 def test_the_restricted_check_can_fail(rendered):
-    sidecar = copy.deepcopy(sidecar_of(rendered, "base"))
+    sidecar = copy.deepcopy(sidecar_of(rendered, "examples/vllm"))
     del sidecar["securityContext"]["runAsNonRoot"]
     sidecar["securityContext"]["capabilities"] = {"add": ["NET_ADMIN"]}
     sidecar["securityContext"]["readOnlyRootFilesystem"] = False
@@ -62,18 +67,29 @@ def test_the_restricted_check_can_fail(rendered):
     assert len(problems) == 4, problems  # runAsNonRoot, drop ALL, add NET_ADMIN, read-only root
 
 
-@pytest.mark.parametrize("path", ("base", *OVERLAY_PATHS, "components/kv-cache-sidecar"))
-def test_the_sidecar_is_a_native_sidecar_without_a_readiness_probe(rendered, path):
+#: Probes the kubelet acts on. Each would put the sidecar in vLLM's way: a readinessProbe's failure takes
+#: the pod out of its Service, a native sidecar's startupProbe holds vLLM's start, a livenessProbe's
+#: restart leaves the pod not Ready meanwhile (docs/kubernetes.md, "Never gate vLLM").
+PROBES = ("readinessProbe", "startupProbe", "livenessProbe")
+
+
+@pytest.mark.parametrize("path", PLAIN)
+def test_by_default_the_sidecar_is_a_plain_container_without_any_probe(rendered, path):
+    """vLLM's container starts whatever happens to the sidecar's image, configuration or process."""
+    spec = pod_spec(deployment(rendered, path))
+    sidecar = sidecar_of(rendered, path)
+    assert sidecar in spec["containers"] and "restartPolicy" not in sidecar
+    assert CONTAINER_NAME not in {c["name"] for c in spec.get("initContainers", [])}
+    assert [p for p in PROBES if p in sidecar] == []
+
+
+@pytest.mark.parametrize("path", NATIVE)
+def test_the_opt_in_native_sidecar_has_no_probe_either(rendered, path):
+    """The kubelet starts vLLM once the native sidecar runs: no startupProbe makes vLLM wait any longer."""
     spec = pod_spec(deployment(rendered, path))
     sidecar = sidecar_of(rendered, path)
     assert sidecar in spec["initContainers"] and sidecar["restartPolicy"] == "Always"
-    assert CONTAINER_NAME not in {c["name"] for c in spec["containers"]}
-    # A native sidecar's readiness is the pod's: a probe failing under load would take vLLM out of its Service.
-    assert "readinessProbe" not in sidecar
-    assert sidecar["startupProbe"]["httpGet"]["path"] == "/readyz"
-    assert sidecar["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    ports = {p["name"] for p in sidecar["ports"]}
-    assert {sidecar["startupProbe"]["httpGet"]["port"], sidecar["livenessProbe"]["httpGet"]["port"]} <= ports
+    assert [p for p in PROBES if p in sidecar] == []
 
 
 def test_the_component_keeps_the_deployment_it_patches(rendered):
@@ -88,15 +104,31 @@ def test_the_component_keeps_the_deployment_it_patches(rendered):
         assert d["spec"]["template"]["metadata"]["labels"] == {"app": "chat", POD_LABEL: "true"}
 
 
-def test_the_legacy_component_is_a_plain_container_with_the_same_settings(rendered):
-    legacy = sidecar_of(rendered, "components/legacy-sidecar")
-    native = sidecar_of(rendered, "components/kv-cache-sidecar")
-    spec = pod_spec(deployment(rendered, "components/legacy-sidecar"))
-    assert legacy in spec["containers"] and "restartPolicy" not in legacy
-    assert "readinessProbe" not in legacy
-    assert {k: v for k, v in native.items() if k != "restartPolicy"} == legacy
-    annotations = deployment(rendered, "components/legacy-sidecar")["spec"]["template"]["metadata"]["annotations"]
-    assert annotations["kubectl.kubernetes.io/default-container"] == "vllm"
+def test_the_native_and_statefulset_components_run_the_same_container(rendered):
+    plain = sidecar_of(rendered, "components/kv-cache-sidecar")
+    native = sidecar_of(rendered, "components/native-sidecar")
+    assert {k: v for k, v in native.items() if k != "restartPolicy"} == plain
+    assert sidecar_of(rendered, "components/statefulset") == plain
+    assert deployment(rendered, "components/statefulset")["kind"] == "StatefulSet"
+    for path in PLAIN:  # the sidecar is listed first: kubectl logs/exec still pick vLLM without -c
+        annotations = deployment(rendered, path)["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["kubectl.kubernetes.io/default-container"] == "vllm"
+
+
+def test_each_workload_reads_its_own_config_map_named_after_it(rendered):
+    """Two Deployments in one namespace: two ConfigMaps, kv-cache-sidecar-<Deployment>, another TP each."""
+    objs = rendered["examples/two-deployments"]
+    seen = {}
+    for d in by_kind(objs, "Deployment"):
+        spec = pod_spec(d)
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "kv-cache-sidecar-config"]
+        cm = one(objs, "ConfigMap", volume["configMap"]["name"])
+        assert cm["metadata"]["name"] == f"kv-cache-sidecar-{d['metadata']['name']}"
+        config = yaml.safe_load(cm["data"]["config.yaml"])
+        tp = next(a for a in container(spec, "vllm")["args"] if a.startswith("--tensor-parallel-size="))
+        assert config["model"]["tensor_parallel_size"] == int(tp.split("=")[1])
+        seen[d["metadata"]["name"]] = cm["metadata"]["name"]
+    assert len(set(seen.values())) == len(seen) == 2
 
 
 @pytest.mark.parametrize("path", WITH_SIDECAR)
@@ -129,7 +161,7 @@ def test_the_sidecar_arguments_are_kv_sidecar_run_flags(rendered, path):
 
 
 def test_resources_are_small_requests_and_a_memory_limit_without_a_cpu_limit(rendered):
-    resources = sidecar_of(rendered, "base")["resources"]
+    resources = sidecar_of(rendered, "examples/vllm")["resources"]
     assert set(resources["requests"]) == {"cpu", "memory"} and set(resources["limits"]) == {"memory"}
 
 
@@ -140,23 +172,19 @@ def _check_config(path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*kv_sidecar(), "check-config", str(path)], capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("path", ("base", *OVERLAY_PATHS))
+@pytest.mark.parametrize("path", WITH_SIDECAR)
 def test_the_config_map_passes_check_config(rendered, path, tmp_path):
     _, config = config_of(rendered, path)
     data = yaml.safe_load(config)
     assert data["targets"] == [{"url": DEFAULT_TARGET}]  # vLLM in the same pod, on vLLM's port
-    vllm_ports = {p["containerPort"] for p in container(pod_spec(deployment(rendered, path)), "vllm")["ports"]}
+    vllm_ports = {p["containerPort"] for p in container(pod_spec(deployment(rendered, path)), "vllm").get("ports", [])}
     assert int(DEFAULT_TARGET.rsplit(":", 1)[1].split("/")[0]) in vllm_ports
     verbatim = tmp_path / "verbatim.yaml"
     verbatim.write_text(config, encoding="utf-8")
     if not Path(data["model"]["config"]).exists():  # the mount exists in the pod, not here
         res = _check_config(verbatim)
-        # one problem only, and it is that path: everything else of the file is valid as it stands
-        assert (
-            res.returncode == 2
-            and "(1 problem)" in res.stderr
-            and f"model.config: '{data['model']['config']}'" in res.stderr
-        ), res.stderr
+        # valid as it stands; the model is waited for, as `run` does
+        assert res.returncode == 0 and f"note: model.config: {data['model']['config']}" in res.stdout, res.stderr
     in_pod = tmp_path / "config.yaml"
     in_pod.write_text(rerooted(config, tmp_path / "pod"), encoding="utf-8")
     res = _check_config(in_pod)
@@ -167,17 +195,19 @@ def test_the_config_map_passes_check_config(rendered, path, tmp_path):
 
 
 @pytest.mark.parametrize("path", ("base", *OVERLAY_PATHS))
-def test_the_podmonitor_selects_the_pods_on_a_port_they_have(rendered, path):
+@pytest.mark.parametrize("pod", WITH_SIDECAR)
+def test_the_podmonitor_selects_the_pods_on_ports_they_have(rendered, path, pod):
+    """The sidecar by its port's name; vLLM by number, whatever its port is named (or not)."""
     pm = one(rendered[path], "PodMonitor")
-    template = deployment(rendered, path)["spec"]["template"]
+    template = deployment(rendered, pod)["spec"]["template"]
     assert pm["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
-    spec = template["spec"]
-    port_names = {p["name"] for c in spec.get("initContainers", []) + spec["containers"] for p in c.get("ports", [])}
-    endpoints = [e["port"] for e in pm["spec"]["podMetricsEndpoints"]]
-    assert set(endpoints) <= port_names and all(len(p) <= 15 for p in endpoints)
-    sidecar_port = sidecar_of(rendered, path)["ports"][0]["name"]
-    assert endpoints[0] == sidecar_port
-    job = next(r for r in pm["spec"]["podMetricsEndpoints"][0]["relabelings"] if r["targetLabel"] == "job")
+    sidecar_endpoint, vllm_endpoint = pm["spec"]["podMetricsEndpoints"]
+    assert sidecar_endpoint["port"] == sidecar_of(rendered, pod)["ports"][0]["name"]
+    assert len(sidecar_endpoint["port"]) <= 15
+    assert "port" not in vllm_endpoint and vllm_endpoint["portNumber"] == int(
+        DEFAULT_TARGET.split(":")[2].split("/")[0]
+    )
+    job = next(r for r in sidecar_endpoint["relabelings"] if r["targetLabel"] == "job")
     assert job["replacement"] == "kv-cache-sidecar"  # the rules' default alerts.sidecar_job
 
 
@@ -190,30 +220,73 @@ def test_the_overlays_carry_the_release_label_kube_prometheus_stack_selects(rend
         assert "release" not in one(rendered["base"], kind)["metadata"]["labels"]
 
 
-def test_the_network_policy_lets_only_prometheus_reach_the_metrics_port(rendered):
-    for path in ("base", *OVERLAY_PATHS):
-        policy = one(rendered[path], "NetworkPolicy")
-        template = deployment(rendered, path)["spec"]["template"]
-        assert policy["spec"]["podSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
-        rules = policy["spec"]["ingress"]
-        metrics_port = sidecar_of(rendered, path)["ports"][0]["containerPort"]
-        to_metrics = [r for r in rules if any(p["port"] == metrics_port for p in r["ports"])]
-        assert len(to_metrics) == 1 and to_metrics[0]["from"] == [
-            {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
-            }
-        ]
-        # vLLM's own ports stay open (a policy that selects a pod closes what it does not list).
-        open_ports = {p["port"] for r in rules if "from" not in r for p in r["ports"]}
-        assert {p["containerPort"] for p in container(template["spec"], "vllm")["ports"]} <= open_ports
+PROMETHEUS = {"namespace": "monitoring", "labels": {"app.kubernetes.io/name": "prometheus"}}
+ANYONE = {"namespace": "llm-prod", "labels": {"app": "chat-frontend"}}
+#: Ports a vLLM pod may serve besides vLLM's API: Ray's GCS and dashboard, NIXL side channel, a mesh's.
+OTHER_PORTS = [("TCP", 8000), ("TCP", 6379), ("TCP", 8265), ("TCP", 5600), ("TCP", 15090), ("UDP", 4791), ("TCP", 1)]
 
 
-def _rules_rendered_from(config_text: str, tmp_path: Path) -> dict:
+def _matches(selector: dict, labels: dict) -> bool:
+    return selector.get("matchLabels", {}).items() <= labels.items() and not selector.get("matchExpressions")
+
+
+def _allowed(policy: dict, peer: dict, protocol: str, port: int) -> bool:
+    """Whether the NetworkPolicy lets ``peer`` reach ``port`` of a pod it selects (Kubernetes docs, "Network
+    Policies": a rule allows when one of its peers and one of its ports match; no ``from``: every peer)."""
+    for rule in policy["spec"].get("ingress", []):
+        peers = rule.get("from")
+        peer_ok = peers is None or any(
+            _matches(f.get("namespaceSelector", {}), {"kubernetes.io/metadata.name": peer["namespace"]})
+            and _matches(f.get("podSelector", {}), peer["labels"])
+            for f in peers
+        )
+        ports = rule.get("ports")
+        port_ok = ports is None or any(
+            p.get("protocol", "TCP") == protocol and p["port"] <= port <= p.get("endPort", p["port"]) for p in ports
+        )
+        if peer_ok and port_ok:
+            return True
+    return False
+
+
+def test_the_network_policy_restricts_the_sidecars_port_and_takes_nothing_else_away(rendered):
+    objs = rendered[NETWORK_POLICY]
+    policy = one(objs, "NetworkPolicy")
+    template = deployment(rendered, NETWORK_POLICY)["spec"]["template"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    metrics_port = sidecar_of(rendered, NETWORK_POLICY)["ports"][0]["containerPort"]
+    assert _allowed(policy, PROMETHEUS, "TCP", metrics_port)
+    assert not _allowed(policy, ANYONE, "TCP", metrics_port)
+    assert not _allowed(policy, {**PROMETHEUS, "namespace": "llm-prod"}, "TCP", metrics_port)  # not any "prometheus"
+    for protocol, port in OTHER_PORTS + [
+        ("TCP", p["containerPort"]) for p in container(template["spec"], "vllm")["ports"]
+    ]:
+        assert _allowed(policy, ANYONE, protocol, port), (protocol, port)
+    # Every port of every protocol but the sidecar's, from anyone: the whole range, checked exhaustively.
+    closed = [
+        (proto, port)
+        for proto in ("TCP", "UDP", "SCTP")
+        for port in range(1, 65536)
+        if not _allowed(policy, ANYONE, proto, port)
+    ]
+    assert closed == [("TCP", metrics_port)]
+
+
+def test_the_network_policy_check_can_fail(rendered):
+    """The old policy (Prometheus to 9437, anyone to 8000 only) fails the check above: it closed Ray's port."""
+    policy = copy.deepcopy(one(rendered[NETWORK_POLICY], "NetworkPolicy"))
+    policy["spec"]["ingress"][1]["ports"] = [{"protocol": "TCP", "port": 8000}]
+    assert _allowed(policy, ANYONE, "TCP", 8000) and not _allowed(policy, ANYONE, "TCP", 6379)
+
+
+def _rules_rendered_from(config_text: str, tmp_path: Path, *flags: str) -> dict:
     cfg = tmp_path / "config.yaml"
     cfg.write_text(config_text, encoding="utf-8")
     res = subprocess.run(
-        [*kv_sidecar(), "rules", "render", "--config.file", str(cfg)], capture_output=True, text=True, timeout=60
+        [*kv_sidecar(), "rules", "render", "--config.file", str(cfg), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert res.returncode == 0, res.stderr
     rules: dict = yaml.safe_load(res.stdout)
@@ -222,17 +295,16 @@ def _rules_rendered_from(config_text: str, tmp_path: Path) -> dict:
 
 def test_the_base_prometheus_rule_is_the_rules_file(rendered):
     committed = yaml.safe_load((REPO / "alerts" / "kvcache.rules.yaml").read_text(encoding="utf-8"))
-    for path in ("base", "overlays/dev"):
-        assert one(rendered[path], "PrometheusRule")["spec"]["groups"] == committed["groups"]
+    assert one(rendered["base"], "PrometheusRule")["spec"]["groups"] == committed["groups"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda o: o.name)
 def test_each_overlays_rules_are_rendered_from_its_sidecars_own_thresholds(rendered, overlay, tmp_path):
-    """The page fires at the watermark the sidecars' headroom gauges use in that overlay."""
+    """The page fires at the watermark the sidecars' headroom gauges use in that overlay, on its namespace only."""
     path = f"overlays/{overlay.name}"
-    _, config = config_of(rendered, path)
+    config = one(rendered[path], "ConfigMap", "kv-cache-sidecar-report")["data"]["report.yaml"]
     assert yaml.safe_load(config)["thresholds"] == vars(overlay.thresholds)
-    expected = _rules_rendered_from(config, tmp_path)
+    expected = _rules_rendered_from(config, tmp_path, "--alerts.namespace", overlay.namespace)
     assert one(rendered[path], "PrometheusRule")["spec"]["groups"] == expected["groups"]
 
 
@@ -263,7 +335,7 @@ def test_the_dashboard_config_maps_are_the_dashboards(rendered, path):
 
 
 def test_prods_dashboards_are_rendered_with_its_thresholds(rendered, tmp_path):
-    _, config = config_of(rendered, "overlays/prod")
+    config = one(rendered["overlays/prod"], "ConfigMap", "kv-cache-sidecar-report")["data"]["report.yaml"]
     cfg = tmp_path / "config.yaml"
     cfg.write_text(config, encoding="utf-8")
     out = tmp_path / "dashboards"
@@ -294,7 +366,7 @@ def test_the_report_cronjob(rendered, path, tmp_path):
     assert job["spec"]["concurrencyPolicy"] == "Forbid"
     assert restricted_pod_problems(spec) == []
     (report,) = spec["containers"]
-    assert report["image"] == sidecar_of(rendered, path)["image"]
+    assert report["image"].startswith("ghcr.io/kv-cache-sidecar/kv-cache-sidecar")
     cm = one(rendered[path], "ConfigMap", "kv-cache-sidecar-report")
     env = {"PROMETHEUS_URL": cm["data"]["prometheus_url"], "POD_NAMESPACE": job["metadata"].get("namespace", "default")}
     for e in report["env"]:
@@ -315,8 +387,11 @@ def test_the_report_cronjob(rendered, path, tmp_path):
     report_config = cm["data"][Path(args.config_file).name]
     (tmp_path / "report.yaml").write_text(report_config, encoding="utf-8")
     assert _check_config(tmp_path / "report.yaml").returncode == 0
-    _, sidecar_config = config_of(rendered, path)
-    assert yaml.safe_load(report_config)["thresholds"] == yaml.safe_load(sidecar_config)["thresholds"]
+    overlay = next((o for o in OVERLAYS if path == f"overlays/{o.name}"), None)
+    expected = (
+        vars(overlay.thresholds) if overlay else yaml.safe_load(config_of(rendered, "examples/vllm")[1])["thresholds"]
+    )
+    assert yaml.safe_load(report_config)["thresholds"] == expected
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda o: o.name)
@@ -328,7 +403,9 @@ def test_every_overlay_runs_the_image_of_this_version(rendered, overlay):
         for c in pod_spec(o).get("initContainers", []) + pod_spec(o)["containers"]
         if c["name"] != "vllm"
     }
-    assert images == {f"ghcr.io/kv-cache-sidecar/kv-cache-sidecar:{__version__}"}
+    assert images == {f"ghcr.io/kv-cache-sidecar/kv-cache-sidecar-report:{__version__}"}  # the report's own image
+    for path in WITH_SIDECAR:
+        assert sidecar_of(rendered, path)["image"] == f"ghcr.io/kv-cache-sidecar/kv-cache-sidecar:{__version__}"
 
 
 # ----------------------------------------------------------------------------- KEDA
@@ -349,4 +426,4 @@ def test_the_keda_example_scales_the_deployment_its_query_reads(rendered):
     assert trigger["metadata"]["ignoreNullValues"] == "false" and scaled["spec"]["fallback"]["replicas"] >= 1
     overlay = next(o for o in OVERLAYS if o.namespace == namespace)
     assert float(trigger["metadata"]["threshold"]) == overlay.thresholds.target_usage
-    assert target in {d["metadata"]["name"] for d in by_kind(rendered[f"overlays/{overlay.name}"], "Deployment")}
+    assert target == deployment(rendered, "examples/vllm")["metadata"]["name"]  # the example vLLM's

@@ -159,8 +159,9 @@ def test_the_keda_query_returns_one_series_per_deployment_on_a_real_prometheus(r
         if p.startswith("overlays/") and one(rendered[p], "PodMonitor")["metadata"]["namespace"] == namespace
     )
     podmonitor = one(rendered[overlay], "PodMonitor")
-    assert container(pod_spec(one(rendered[overlay], "Deployment")), "kv-cache-sidecar")
-    _, config = config_of(rendered, overlay)
+    # The pods: the example vLLM with its sidecar, as the component patches it (the overlay applies no workload).
+    assert container(pod_spec(one(rendered["examples/vllm"], "Deployment")), "kv-cache-sidecar")
+    _, config = config_of(rendered, "examples/vllm")
     query = scaled["spec"]["triggers"][0]["metadata"]["query"]
 
     procs = Processes(tmp_path)

@@ -17,6 +17,7 @@ from deploytools import (
     COMPONENTS,
     DEPLOY,
     KUSTOMIZATIONS,
+    NETWORK_POLICY,
     Obj,
     builtin_errors,
     by_kind,
@@ -30,19 +31,23 @@ from deploytools import (
 
 #: What each kustomization renders: kind -> count. A changed count is a changed deployment: say so here.
 EXPECTED_KINDS = {
+    # The monitoring only: nothing that runs vLLM or patches a workload (no Deployment, no Service).
     "base": {
-        "ConfigMap": 5,  # the sidecar's, the report's and one per dashboard
+        "ConfigMap": 4,  # the report's and one per dashboard
         "CronJob": 1,
-        "Deployment": 1,
-        "NetworkPolicy": 1,
         "PodMonitor": 1,
         "PrometheusRule": 1,
-        "Service": 1,
     },
     "examples/keda": {"ScaledObject": 1},
+    "examples/vllm": {"ConfigMap": 1, "Deployment": 1, "Service": 1},
+    "examples/two-deployments": {"ConfigMap": 2, "Deployment": 2},
+    "examples/leaderworkerset": {"ConfigMap": 1, "LeaderWorkerSet": 1},
+    "examples/kserve": {"ConfigMap": 1, "InferenceService": 1},
     "grafana": {"ConfigMap": 3},
     "components/kv-cache-sidecar": {"ConfigMap": 1, "Deployment": 1},
-    "components/legacy-sidecar": {"ConfigMap": 1, "Deployment": 1},
+    "components/native-sidecar": {"ConfigMap": 1, "Deployment": 1},
+    "components/statefulset": {"ConfigMap": 1, "StatefulSet": 1},
+    "components/network-policy": {"ConfigMap": 1, "Deployment": 1, "NetworkPolicy": 1},
 }
 EXPECTED_KINDS["overlays/dev"] = EXPECTED_KINDS["overlays/prod"] = EXPECTED_KINDS["base"]
 
@@ -54,7 +59,7 @@ def _kinds(objs: list[Obj]) -> dict[str, int]:
     return counts
 
 
-@pytest.mark.parametrize("path", KUSTOMIZATIONS + COMPONENTS)
+@pytest.mark.parametrize("path", (*KUSTOMIZATIONS, *COMPONENTS, NETWORK_POLICY))
 def test_every_kustomization_and_component_renders_what_it_should(rendered, path):
     assert _kinds(rendered[path]) == EXPECTED_KINDS[path]
 
@@ -103,9 +108,9 @@ def test_kubernetes_validate_strict_passes_every_built_in_object(rendered, tmp_p
 
 @pytest.mark.parametrize("version", kubernetes_versions())
 def test_strict_validation_catches_a_misspelt_field(rendered, version):
-    deployment = copy.deepcopy(one(rendered["base"], "Deployment"))
+    deployment = copy.deepcopy(one(rendered["examples/vllm"], "Deployment"))
     assert builtin_errors(deployment, version) == []
-    pod_spec(deployment)["initContainers"][0]["restartPolicyy"] = "Always"
+    pod_spec(deployment)["containers"][0]["restartPolicyy"] = "Always"
     errors = builtin_errors(deployment, version)
     assert errors and "restartPolicyy" in errors[0]
 
@@ -116,7 +121,10 @@ def test_custom_resources_match_their_crds_published_schemas(rendered, path):
     for o in custom:
         assert crd_errors(o) == [], f"{path}: {o['kind']} {o['metadata']['name']}"
     # Every other object is one kubernetes-validate has a schema for (the test above fails otherwise).
-    assert all(o["kind"] in ("PodMonitor", "PrometheusRule", "ScaledObject") for o in custom)
+    assert all(
+        o["kind"] in ("PodMonitor", "PrometheusRule", "ScaledObject", "LeaderWorkerSet", "InferenceService")
+        for o in custom
+    )
 
 
 def test_the_crd_schemas_reject_what_the_api_server_would(rendered):
@@ -131,10 +139,10 @@ def test_the_crd_schemas_reject_what_the_api_server_would(rendered):
     assert crd_errors(scaled)
 
 
-def test_every_rendered_object_is_labelled_as_ours_except_the_example_vllm(rendered):
+def test_every_object_an_overlay_applies_is_labelled_as_ours(rendered):
+    """The overlays apply ours only: no vLLM of an example can replace a workload of the namespace."""
     for o in rendered["overlays/prod"]:
         labels = o["metadata"].get("labels", {})
-        if o["metadata"]["name"] != "vllm":
-            assert labels.get("app.kubernetes.io/name") == "kv-cache-sidecar", o["metadata"]["name"]
+        assert labels.get("app.kubernetes.io/name") == "kv-cache-sidecar", o["metadata"]["name"]
     assert {o["metadata"]["namespace"] for o in rendered["overlays/prod"]} == {"llm-prod"}
     assert by_kind(rendered["overlays/dev"], "PodMonitor")[0]["metadata"]["namespace"] == "llm-dev"

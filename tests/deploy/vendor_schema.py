@@ -25,6 +25,8 @@ FILES = {
     ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor.monitoring.coreos.com.v1.yaml",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule.monitoring.coreos.com.v1.yaml",
     ("keda.sh/v1alpha1", "ScaledObject"): "scaledobject.keda.sh.v1alpha1.yaml",
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkerset.leaderworkerset.x-k8s.io.v1.yaml",
+    ("serving.kserve.io/v1beta1", "InferenceService"): "inferenceservice.serving.kserve.io.v1beta1.yaml",
 }
 
 
@@ -53,7 +55,9 @@ def vendored_text(crd: dict[str, Any], version: str, source_url: str, tag: str, 
 
 def load(api_version: str, kind: str) -> dict[str, Any]:
     """The vendored schema of ``kind``."""
-    schema: dict[str, Any] = yaml.safe_load((SCHEMAS / FILES[(api_version, kind)]).read_text(encoding="utf-8"))
+    text = (SCHEMAS / FILES[(api_version, kind)]).read_text(encoding="utf-8")
+    # libyaml's loader when PyYAML has it: the LeaderWorkerSet and InferenceService schemas are 1-1.5 MB.
+    schema: dict[str, Any] = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return schema
 
 

@@ -19,9 +19,13 @@ from sidecar.forecast_validation import (
     FORECAST_RULE,
     FORECAST_SPECIFIED,
     GAUGES,
+    PAGE_QUANTILE,
+    PAGE_RULE,
+    PAGE_WINDOW_S,
     STATIC_ALERT,
     STATIC_RULE,
     TTF,
+    USAGE,
     Trace,
     collect,
     firings,
@@ -79,7 +83,34 @@ def test_the_bench_evaluates_the_rules_that_are_shipped():
 
     def shipped_rule(name, severity):
         (rule,) = [r for r in rules if r["alert"] == name and r["labels"]["severity"] == severity]
-        return rule["expr"], parse_duration(rule["for"])
+        return rule["expr"], parse_duration(rule.get("for", "0s")), parse_duration(rule.get("keep_firing_for", "0s"))
 
-    assert (FORECAST_RULE.expr, FORECAST_RULE.for_s) == shipped_rule("KVCacheFullSoon", "critical")
-    assert (STATIC_ALERT.expr, STATIC_ALERT.for_s) == shipped_rule("KVCacheAlmostFull", "critical")
+    assert (FORECAST_RULE.expr, FORECAST_RULE.for_s, FORECAST_RULE.keep_s) == shipped_rule(
+        "KVCacheFullSoon", "critical"
+    )
+    assert (PAGE_RULE.expr, PAGE_RULE.for_s, PAGE_RULE.keep_s) == shipped_rule("KVCacheAlmostFull", "critical")
+    # ... and the previous page, which the tables compare with, is no longer what is shipped
+    assert STATIC_ALERT.expr != shipped_rule("KVCacheAlmostFull", "critical")[0]
+
+
+def test_the_page_is_evaluated_with_the_window_and_quantile_of_its_expression():
+    """PAGE_RULE's condition uses the window and quantile its expression says: 30 s above 0.9 in 10
+    minutes (5 %) pages, 25 s does not, and the page outlives the last peak by the window, then
+    keep_firing_for."""
+    assert f"quantile_over_time({PAGE_QUANTILE:g}," in PAGE_RULE.expr
+    assert f"[{PAGE_WINDOW_S / 60:g}m]" in PAGE_RULE.expr
+    tr = Trace("hand", 0, "-")
+    tr.t = [5.0 * i for i in range(0, 400)]
+    tr.g = {n: [None] * len(tr.t) for n in GAUGES}
+
+    def burst(samples: int) -> list[tuple[float, float]]:
+        # 0.5 for 10 minutes, then `samples` scrapes at 0.95, then 0.5 again
+        tr.g[USAGE] = [0.95 if 120 <= i < 120 + samples else 0.5 for i in range(len(tr.t))]
+        return firings(PAGE_RULE, tr)
+
+    assert burst(5) == []  # 25 s: 5 of 120 samples above, under 5 %
+    ((start, end),) = burst(7)  # 35 s: 7 of 120 samples above
+    assert start == tr.t[126]  # no for:, fires on the 7th sample above
+    # the quantile drops once the first of the burst's samples leaves the 10-minute window,
+    # then keep_firing_for holds the page 5 more minutes
+    assert end == pytest.approx(tr.t[120] + PAGE_WINDOW_S + PAGE_RULE.keep_s - 5.0, abs=5.0)

@@ -633,6 +633,9 @@ def test_the_http_limit_rows_are_the_endpoints_constants():
         "http.body_bytes": endpoint.MAX_BODY_BYTES,
         "http.requests_in_flight": endpoint.MAX_REQUESTS_IN_FLIGHT,
         "http.workers": endpoint.WORKERS,
+        "http.bcrypt_cost": webconfig.MAX_BCRYPT_COST,
+        "http.auth_checks_pending": webconfig.AUTH_CHECKS_PENDING,
+        "http.auth_failures_per_client": webconfig.AUTH_FAILURES_PER_CLIENT,
     }
     assert endpoint.LISTEN_BACKLOG >= 128
 

@@ -55,12 +55,15 @@ def image() -> Image:
     if result.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
         pytest.fail(f"scripts/build-image.sh exited with {result.returncode} (log {log}):\n{tail}", pytrace=False)
-    ref = result.stdout.split()[-1]
+    report_ref, ref = result.stdout.split()[-2:]
     size = int(inspect("image", ref)["Size"])
+    report_size = int(inspect("image", report_ref)["Size"])
     FIGURES["image"] = ref
     FIGURES["build (s, base and layers cached or not)"] = round(seconds, 1)
     FIGURES["size (MB)"] = round(size / 1e6)
-    return Image(ref, seconds, size)
+    FIGURES["report image"] = report_ref
+    FIGURES["report image size (MB)"] = round(report_size / 1e6)
+    return Image(ref, seconds, size, report_ref, report_size)
 
 
 @pytest.fixture

@@ -43,6 +43,8 @@ class Image:
     ref: str
     build_seconds: float
     size_bytes: int
+    report_ref: str = ""  # the weekly report's image (the Dockerfile's report target)
+    report_size_bytes: int = 0
 
 
 def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -81,8 +81,9 @@ def test_the_image_is_labelled_and_says_how_it_runs(image: Image):
     assert labels["org.opencontainers.image.source"] == SOURCE
     assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
     assert image.ref == f"ghcr.io/kv-cache-sidecar/kv-cache-sidecar:{sidecar.__version__}"
-    env = dict(item.split("=", 1) for item in config["Env"])
-    assert env["MPLCONFIGDIR"].startswith("/tmp/")
+    assert image.report_ref == f"ghcr.io/kv-cache-sidecar/kv-cache-sidecar-report:{sidecar.__version__}"
+    report_env = dict(item.split("=", 1) for item in inspect("image", image.report_ref)["Config"]["Env"])
+    assert report_env["MPLCONFIGDIR"].startswith("/tmp/")
     version = podman("run", "--rm", *RESTRICTED, image.ref, "--version")
     assert version.stdout.strip() == f"kv-cache-sidecar {sidecar.__version__}"
 
@@ -214,11 +215,11 @@ def test_the_daemon_runs_restricted_and_its_history_makes_the_weekly_report(imag
         procs.stop()
     assert (data / "history.sqlite").stat().st_size > 0
 
-    # the weekly report from the same image, over that history; matplotlib writes only under /tmp
+    # the weekly report from the report's image, over that history; matplotlib writes only under /tmp
     period = ["--from", str(int(started) - 120), "--to", str(int(time.time()) + 60)]
     report = podman(
         "run", "--rm", *RESTRICTED, "--tmpfs", "/tmp:rw,mode=1777", "--volume", f"{data}:/data",
-        image.ref, "report", "--history", "/data/history.sqlite", "--out", "/data/report", *period,
+        image.report_ref, "report", "--history", "/data/history.sqlite", "--out", "/data/report", *period,
     )  # fmt: skip
     assert report.stdout.startswith("KV-cache report ") and "(history /data/history.sqlite)" in report.stdout
     (html,) = (data / "report").glob("*.html")
@@ -233,7 +234,7 @@ def test_the_daemon_runs_restricted_and_its_history_makes_the_weekly_report(imag
     # without a writable /tmp, matplotlib has nowhere to cache: one line with the fix, no traceback
     no_tmp = podman(
         "run", "--rm", *RESTRICTED, "--volume", f"{data}:/data",
-        image.ref, "report", "--history", "/data/history.sqlite", "--out", "/data/report-no-tmp", *period,
+        image.report_ref, "report", "--history", "/data/history.sqlite", "--out", "/data/report-no-tmp", *period,
         check=False,
     )  # fmt: skip
     assert no_tmp.returncode == 1 and "set MPLCONFIGDIR" in no_tmp.stderr, no_tmp.stderr[-3000:]
@@ -261,3 +262,42 @@ def _wait_for_gauges(base: str, name: str, procs: Processes) -> dict[str, list[t
                 return metrics
         time.sleep(0.5)
     raise AssertionError(f"no capacity gauges within 60 s:\n{podman('logs', name).stderr[-3000:]}")
+
+
+#: The daemon image's budget (docs/container.md): it runs in every GPU pod.
+DAEMON_MAX_BYTES = 120_000_000
+
+
+def test_the_daemon_image_is_small_and_holds_no_matplotlib(image: Image, containers):
+    """The daemon imports neither matplotlib nor numpy; the report's image has them (its own target)."""
+    assert image.size_bytes <= DAEMON_MAX_BYTES, f"{image.size_bytes / 1e6:.0f} MB"
+    probe = "import importlib.util as u; print([m for m in ('matplotlib', 'numpy') if u.find_spec(m)])"
+    daemon = podman("run", "--rm", *RESTRICTED, "--entrypoint", "/opt/kv-sidecar/bin/python", image.ref, "-c", probe)
+    assert daemon.stdout.strip() == "[]"
+    report = podman(
+        "run", "--rm", *RESTRICTED, "--entrypoint", "/opt/kv-sidecar/bin/python", image.report_ref, "-c", probe
+    )  # fmt: skip
+    assert report.stdout.strip() == "['matplotlib', 'numpy']"
+
+
+def test_a_bad_configuration_at_start_never_stops_the_daemon(image: Image, containers, tmp_path):
+    """What a bad ConfigMap does to the next pod that starts: the container keeps running and says so."""
+    config = tmp_path / "config.yaml"
+    config.write_text("scrape: {interval: soon}\n")
+    config.chmod(0o644)
+    port = free_port()
+    name = next(_names)
+    containers.append(name)
+    podman(
+        "run", "--detach", "--name", name, *RESTRICTED, "--volume", f"{config}:/etc/kv-sidecar/config.yaml:ro",
+        image.ref, "run", "--config.file", "/etc/kv-sidecar/config.yaml", "--web.listen-address", f"127.0.0.1:{port}",
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    body = b""
+    while time.monotonic() < deadline and b"kvcache_sidecar_config_last_reload_successful 0.0" not in body:
+        body = http_get(f"http://127.0.0.1:{port}/metrics")[1]
+        time.sleep(0.3)
+    assert b"kvcache_sidecar_config_last_reload_successful 0.0" in body, podman("logs", name).stderr
+    state = inspect("container", name)["State"]
+    assert state["Running"] is True and state["ExitCode"] == 0
+    assert "scrape.interval: not a duration: 'soon'" in podman("logs", name).stderr

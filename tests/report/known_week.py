@@ -121,6 +121,9 @@ FAMILIES = frozenset(
         "kvcache_server_info",
         "kvcache_gpu_memory_utilization",
         "kvcache_model_info",
+        # the sidecars' own sizing, which the report sizes with where it has no model.config
+        "kvcache_suggested_gpu_memory_utilization",
+        "kvcache_lever_capacity_tokens",
     }
 )
 

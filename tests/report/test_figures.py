@@ -219,7 +219,7 @@ def test_pod_advice_is_the_policy(report):
     assert figures.utilization_text(0.9234375) == "0.924"
     assert got.sentence == (
         "Raise --gpu-memory-utilization from 0.90 to 0.924: the week's peak of 54,705 tokens "
-        "would sit at 75% of 72,944."
+        "would sit at 75.0% of 72,944."
     )
 
 
@@ -255,14 +255,61 @@ def test_model_growth(report):
     assert g.weeks_until_full == pytest.approx(6.0)
 
 
-def test_model_advice_is_its_fullest_pods(report):
+def test_model_advice_is_the_workloads_not_its_fullest_pods(report):
+    """Two replicas, a-0 hot (peak 95%) and a-1 cold (30%): one recommendation for the workload, sized on the
+    even share of its peak (1.25 U over 2 = 62.5%, within target), and the skew as its own finding."""
     m = report.models[0]
-    a0 = m.pods[0].advice
-    assert (m.advice.action, m.advice.suggested_gpu_memory_utilization) == (
-        a0.action,
-        a0.suggested_gpu_memory_utilization,
+    assert [p.advice.action for p in m.pods] == ["raise_gpu_memory_utilization", "lower_gpu_memory_utilization"]
+    a = m.advice
+    assert (a.action, a.reason) == ("none", "within_target")
+    assert a.even_share_tokens == pytest.approx(0.625 * USABLE)
+    # ⌈1.25 U ÷ (0.75 × U)⌉ = 2 replicas at today's pool
+    assert (a.replicas_now, a.replicas_needed_now, a.suggested_replicas) == (2, 2, 2)
+    assert a.current_flags == ["--gpu-memory-utilization 0.90"] and a.set_flags == []
+    assert a.sentence == (
+        "Nothing to change: the period's peak of 71,980 tokens over 2 replicas put 62.5% of each replica's "
+        "57,584 usable tokens in use, near the 75.0% target."
     )
-    assert m.advice.sentence == "On a-0, the fullest of 2 pods, " + a0.sentence[0].lower() + a0.sentence[1:]
+    assert a.uneven.startswith("Load is uneven across replicas: a-0 peaked at 95.0% of its usable tokens ")
+    assert "raise" not in m.summary and "lower" not in m.summary  # no contradictory per-pod advice
+
+
+def test_workload_advice_sizes_replicas_and_flags():
+    """The issue's fleet: 353,248 tokens of peak over one pool of 131,072 per replica at a 0.75 target: ⌈3.6⌉ = 4."""
+    cap, peak = 131_072.0 + BS, 353_248.0
+    pods = [
+        pod(TWO_H, LLAMA, name, usage_mean=1.0, usage_max=1.0, demand_max=peak / 2, capacity_tokens=cap)
+        for name in ("a-0", "a-1")
+    ]
+    for p_ in pods:
+        p_.model_info = {"tp": "2", "pp": "1"}
+    a = compute(*pods, served_models={LLAMA: served(gpu_memory=24 * GIB, kv_dtype_bytes=1)}).models[0].advice
+    assert a.replicas_needed_now == 4  # 353,248 / 0.75 / 131,072 = 3.59
+    assert a.action == "add_replicas" and a.set_flags == ["--gpu-memory-utilization 0.95"]
+    assert a.suggested_replicas is not None and a.suggested_replicas <= 4
+    assert a.gpus_per_replica == 2
+    n = a.suggested_replicas
+    assert a.sentence.startswith(
+        f"Set --gpu-memory-utilization 0.90 → 0.95 on 2 → {n} replicas (4 → {2 * n} GPUs): 131,072 → "
+    )
+
+
+def test_one_replica_gets_the_daemons_advice():
+    """advise_workload over one replica is advise() on it: the daemon's per-pod gauges."""
+    from sidecar.forecast.policy import Replica, advise_workload
+
+    pool = Pool(CAP, BS, None, 0.9, None, 25.0)
+    model = served()
+    for peak in (0.2 * USABLE, 0.75 * USABLE, 0.95 * USABLE, 3 * USABLE):
+        w = advise_workload(
+            replicas=[Replica("a-0", peak, pool)],
+            peak_demand_tokens=peak,
+            watched_s=1e6,
+            model=model,
+            settings=SETTINGS,
+        )
+        assert w is not None and not w.hot_replicas
+        assert w.advice == advise(peak_demand_tokens=peak, watched_s=1e6, pool=pool, model=model, settings=SETTINGS)
 
 
 def test_ranking_and_summary(report):
@@ -271,14 +318,16 @@ def test_ranking_and_summary(report):
     assert report.summary == [llama.summary]
     watermark_h = sum(sine(i) > 0.9 for i in range(N)) / 60
     assert llama.summary == (
-        f"prod/llama: peak usage 96%, {watermark_h:.1f} h above the watermark, 12 preemptions, full in 6.0 weeks "
-        "at this growth; on a-0, the fullest of 2 pods, raise --gpu-memory-utilization from 0.90 to 0.924: "
-        "the week's peak of 54,705 tokens would sit at 75% of 72,944."
+        f"prod/llama: peak usage 96.0%, {watermark_h:.1f} h above the watermark, 12 preemptions, 1 critical page, "
+        "1 warning, full in 6.0 weeks at this growth; nothing to change: the period's peak of 71,980 tokens over "
+        "2 replicas put 62.5% of each replica's 57,584 usable tokens in use, near the 75.0% target; load is uneven "
+        "across replicas: a-0 peaked at 95.0% of its usable tokens while the even share of the workload's peak "
+        "is 62.5%; check the router's balancing (session affinity, prefix-aware routing) before resizing."
     )
     assert ". " not in llama.summary  # one sentence
     assert qwen.summary == (
-        "prod/qwen: peak usage 70%; nothing to change: the week's peak of 40,309 tokens sat at 70% of "
-        "57,584 usable, near the 75% target."
+        "prod/qwen: peak usage 70.0%; nothing to change: the period's peak of 40,309 tokens over 1 replica put "
+        "70.0% of each replica's 57,584 usable tokens in use, near the 75.0% target."
     )
     assert qwen.advice.action == "none" and qwen.advice.reason == "within_target"
     assert qwen.pressure.prefix_hit_ratio is None  # prefix caching off: no queries
@@ -340,11 +389,15 @@ def test_at_capacity_without_previous():
     (m,) = compute(flat(demand=USABLE + 100)).models
     assert m.growth == Growth(None, None, 0.0, "at capacity")
     assert m.needs_action
+    # the pod is already full: never "full in N weeks"; without bytes per token the value cannot be sized,
+    # the replicas at today's setting can: ⌈57,684 ÷ (0.75 × 57,584)⌉ = 2
     assert m.summary == (
-        "prod/llama: peak usage 100%, 2.0 h above the watermark, demand at capacity; raise --gpu-memory-utilization "
-        "(give model.config to size the new value): the week's peak of 57,684 tokens sat at 100% of 57,584 usable, "
-        "above the 75% target."
+        "prod/llama: peak usage 100.0%, 2.0 h above the watermark, already full on p (peak demand 100.2% of its "
+        "usable tokens); raise --gpu-memory-utilization from 0.90 (no value: no sidecar exported the model's bytes "
+        "per token and sizing, and the report's model.config does not describe it), or run 1 → 2 replicas at "
+        "today's setting: the period's peak of 57,684 tokens would sit at 50.1% (target 75.0%)."
     )
+    assert "full in" not in m.summary and m.advice.replicas_needed_now == 2
 
 
 def test_not_growing_below_the_noise_floor():
@@ -435,9 +488,7 @@ def test_add_replicas_over_the_model():
     )
     assert m.advice.suggested_replicas == n > r0.suggested_replicas
     assert m.advice.peak_usage_after_ratio == pytest.approx(3.5 * USABLE / (n * (c_max - BS)))
-    assert m.advice.sentence.startswith(
-        f"Run {n} replicas (now 2) at --gpu-memory-utilization 0.95: the model's peak of "
-    )
+    assert m.advice.sentence.startswith(f"Set --gpu-memory-utilization 0.90 → 0.95 on 2 → {n} replicas: ")
     assert r0.sentence.startswith(f"Run {r0.suggested_replicas} replicas at --gpu-memory-utilization 0.95: ")
 
 
@@ -448,7 +499,9 @@ def test_kv_cache_memory_bytes_mode():
     a = m.advice
     assert a.action == "raise_kv_cache_memory_bytes" and a.suggested_kv_cache_memory_bytes == 72_960 * 131_072
     assert a.peak_usage_after_ratio == pytest.approx(0.95 * USABLE / (72_960 - BS))
-    assert f"to {72_960 * 131_072} (8.9 GiB)" in a.sentence and "--kv-cache-memory-bytes from 7549747200" in a.sentence
+    assert a.sentence.startswith(
+        f"Set --kv-cache-memory-bytes 7549747200 (7.0 GiB) → {72_960 * 131_072} (8.9 GiB) on 1 replica: "
+    )
 
 
 def test_quantile_matches_prometheus(tmp_path):
@@ -483,3 +536,48 @@ def test_quantile_matches_prometheus(tmp_path):
     assert figures.quantile(0.5, []) is None
     assert figures.quantile(0.25, [1.0, 2.0, 3.0, 4.0, 5.0]) == 2.0
     assert figures.quantile(0.95, [0.0, 1.0]) == pytest.approx(0.95)
+
+
+@pytest.mark.parametrize("export", ["fp8_lever", "suggestion"])
+def test_sized_from_what_the_sidecars_exported(export):
+    """Without model.config the report sizes from the sidecars' exports: bytes per token, the KV dtype, and the
+    GPU memory their own figures imply (80 GiB: C_max at 0.95 = 57,600 + 0.05 × 80 GiB ÷ 131,072 = 90,368 tokens,
+    the fp8 lever twice that; or the suggestion 0.9234375 for the 0.95 peak), as with model.config."""
+    from sidecar.forecast.sizing import gpu_memory_from_largest_pool, gpu_memory_from_suggestion
+
+    assert gpu_memory_from_largest_pool(
+        max_capacity_tokens=90_368, u_max=0.95, u0=0.9, capacity_tokens=CAP, bytes_per_token=131_072
+    ) == pytest.approx(80 * GIB)
+    assert gpu_memory_from_suggestion(
+        suggested=0.9234375,
+        u0=0.9,
+        capacity_tokens=CAP,
+        peak_demand_tokens=0.95 * USABLE,
+        target_usage=0.75,
+        bytes_per_token=131_072,
+        block_size=BS,
+        lo=0.5,
+        hi=0.95,
+    ) == pytest.approx(80 * GIB)
+    assert gpu_memory_from_suggestion(
+        suggested=0.95, u0=0.9, capacity_tokens=CAP, peak_demand_tokens=2 * USABLE, target_usage=0.75,
+        bytes_per_token=131_072, block_size=BS, lo=0.5, hi=0.95,
+    ) is None  # clamped: says nothing of M  # fmt: skip
+
+    def exported() -> PodSeries:
+        p0 = flat(demand=0.95 * USABLE)
+        p0.bytes_per_token = 131_072
+        p0.model_info = {"kv_dtype": "bfloat16", "attention": "gqa", "tp": "1", "pp": "1"}
+        if export == "fp8_lever":
+            p0.fp8_lever_capacity_tokens = 2 * 90_368.0
+        else:
+            p0.suggested_gpu_memory_utilization_max = 0.9234375
+        return p0
+
+    with_config = compute(flat(demand=0.95 * USABLE), served_models={LLAMA: served()}).models[0].advice
+    from_exports = compute(exported()).models[0].advice
+    bare = compute(flat(demand=0.95 * USABLE)).models[0].advice
+    assert bare.set_flags == [] and "no value" in bare.sentence  # nothing exported: a direction only
+    assert from_exports.suggested_gpu_memory_utilization == pytest.approx(0.9234375)
+    assert from_exports.set_flags == with_config.set_flags == ["--gpu-memory-utilization 0.924"]
+    assert from_exports.capacity_after_tokens == with_config.capacity_after_tokens == 72_960

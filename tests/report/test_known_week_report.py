@@ -15,6 +15,7 @@ with a 15 s subquery, exact for values held a minute each (the tolerance below i
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -69,7 +70,9 @@ def _report(tmp: Path, week: Known, *source: str, formats: str = "json,md") -> d
     )
     assert proc.returncode == 0, proc.stderr
     (path,) = out.glob("*.json")
-    return json.loads(path.read_text())
+    report = json.loads(path.read_text())
+    report["_markdown"] = "".join(p.read_text() for p in out.glob("*.md"))  # the tests' own key, not the report's
+    return report
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +121,15 @@ def _check_report(report: dict, week: Known, *, pages_tolerance_h: float) -> Non
         _check_figures(got, want, pages_tolerance_h=pages_tolerance_h)
         growth = got["growth"]
         assert growth["previous_peak_demand_tokens"] == want.previous_peak_demand_tokens
-        if want.growth_ratio - 1 > 0.01:
+        full = [
+            n
+            for n, m in week.pod_models.items()
+            if m == key and week.pods[n].peak_demand_tokens >= week.pods[n].usable_tokens
+        ]
+        if full:  # a pod already full: the model is "at capacity", never weeks away
+            assert (growth["verdict"], growth["weeks_until_full"]) == ("at capacity", 0.0), key
+            assert "full in" not in got["summary"] and f"already full on {full[0]}" in got["summary"], key
+        elif want.growth_ratio - 1 > 0.01:
             usable, peak, prev = want.usable_tokens, want.peak_demand_tokens, want.previous_peak_demand_tokens
             assert growth["verdict"] == "growing"
             assert growth["change_ratio"] == pytest.approx(want.growth_ratio - 1, abs=1e-12)
@@ -166,6 +177,49 @@ def test_the_week_from_prometheus(from_prometheus, week):
 def test_the_same_week_from_the_embedded_history(from_history, week):
     _check_report(from_history, week, pages_tolerance_h=1e-9)
     assert from_history["pages_known"] is False
+
+
+def _check_workload_advice(report: dict, week: Known) -> None:
+    """One recommendation per workload: current → recommended flags, replicas now and needed at the target."""
+    target = report["target_usage"]
+    for key, got in _models(report, week).items():
+        a, want = got["advice"], week.models[key]
+        names = [n for n, m in week.pod_models.items() if m == key]
+        (plan,) = {p.model for p in PODS if p.name in names}
+        assert a["replicas_now"] == len(names), key
+        kv = plan.sim.kv_cache_memory_bytes
+        current = (
+            f"--kv-cache-memory-bytes {kv}" if kv else f"--gpu-memory-utilization {plan.sim.gpu_memory_utilization:.2f}"
+        )
+        assert a["current_flags"] == [current], key
+        # replicas the peak needs at the target with today's pool: ⌈peak ÷ (target × usable per replica)⌉
+        per_replica = week.pods[names[0]].usable_tokens
+        assert a["replicas_needed_now"] == math.ceil(want.peak_demand_tokens / (target * per_replica) - 1e-9), key
+        assert a["suggested_replicas"] >= 1 and a["capacity_now_tokens"] == week.pods[names[0]].capacity_tokens
+        if a["action"] != "none":
+            # an action names the exact values to set, current → recommended, and never a raw enum
+            assert a["set_flags"] and " → " in a["sentence"], (key, a["sentence"])
+        assert "_" not in a["sentence"].split(":")[0], a["sentence"]
+        # the pods' own advice may disagree; the model's sentence never picks one pod's
+        assert not a["sentence"].startswith("On "), a["sentence"]
+
+
+def test_one_recommendation_per_workload(from_prometheus, from_history, week):
+    _check_workload_advice(from_prometheus, week)
+    _check_workload_advice(from_history, week)
+
+
+def test_pages_are_split_by_severity_and_figures_carry_units(from_prometheus, week):
+    report, md = from_prometheus, from_prometheus["_markdown"]
+    for key, m in _models(report, week).items():
+        pages = [p for p in week.pages if (p.namespace, p.model_name) == key]
+        critical = sum(1 for p in pages if p.severity == "critical")
+        if pages:
+            assert f"{critical} critical page" in m["summary"], m["summary"]
+            assert f" {len(pages) - critical} warning" in m["summary"], m["summary"]
+    assert "Pages (critical / warning)" in md
+    worst = [line for line in md.splitlines() if line.startswith("| Worst hour")]
+    assert worst and all("preemptions in the hour" in line or "—" in line for line in worst), worst
 
 
 def test_both_sources_give_the_same_advice_and_ranking(from_prometheus, from_history, week):

@@ -463,9 +463,11 @@ def test_5xx_until_the_retries_run_out(stub):
 
 def test_timeout(stub):
     s = stub(lambda h, form: (time.sleep(1.0), send(h, 200, EMPTY)))
+    source = quick(s.url, timeout_s=0.2, retries=1)
     with pytest.raises(ReportSourceError) as e:
-        quick(s.url, timeout_s=0.2, retries=1).load(PERIOD)
-    assert "no answer within 0.2s (after 2 attempts)" in str(e.value) and e.value.exit_code == 1
+        source.load(PERIOD)
+    assert "no whole answer within 0.2s (--timeout)" in str(e.value) and e.value.exit_code == 1
+    assert source.attempts == 1  # its whole time spent: not sent again
 
 
 @pytest.mark.parametrize(

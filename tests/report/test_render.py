@@ -348,13 +348,16 @@ def test_the_markdown_says_things_in_order_with_numbers_for_people(written):
     assert cells[1] == f"{llama.usage.peak_ratio * 100:.1f}%" and cells[1].endswith("%")
     assert cells[3] == f"{llama.usage.hours_above_warning:.1f} h"
     assert cells[6] == f"{round(llama.pressure.preemptions):,}"
-    assert cells[7] == "3" and cells[8] == "growing" and cells[9] == "raise gpu_memory_utilization"
+    # pages split by severity (what paged, then warnings); growth in words; human text for the action
+    assert cells[7] == "1 / 2" and cells[8] == "growing, full in 1.6 weeks"
+    assert cells[10] == "raise --gpu-memory-utilization"
     assert "| Capacity (vLLM) / usable, tokens | 455,616 / 455,584 |" in md
     assert "| Idle at the peak | — |" not in md  # the model's idle share is known ...
     assert "Theoretical capacity, tokens | 473,841 |" in md
     assert "| Growth | not growing |" in md  # ... infinity says nothing more
     assert "| Growth | growing, full in 1.6 weeks |" in md
-    assert "- With fp8 KV cache: 911,232 tokens" in md
+    assert "- With fp8 KV cache: 911,232 tokens per replica" in md
+    assert "| Worst hour for preemptions | " in md and " preemptions in the hour from " in md  # a unit
     qwen_pages = md[md.find("## prod/qwen2.5-7b-instruct") :]
     assert "### Pages\n\nNone." in qwen_pages
 

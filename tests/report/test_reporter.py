@@ -304,3 +304,22 @@ def test_run_now_runs_one_report_at_start(tmp_path):
     thread.start()
     thread.join(timeout=10)
     assert not thread.is_alive() and calls == [1]  # the Monday schedule itself would not have run yet
+
+
+def test_generic_json_carries_the_link_and_period_and_is_retried(tmp_path, stub_factory, caplog):
+    """The generic JSON body for a receiver of one's own: a failure first, then the same body again."""
+    stub = stub_factory([503, 200])
+    waits: list[float] = []
+    link = "https://reports.example/kvcache-report-2026-11-23_2026-11-30.html"
+    post_summary(
+        _url_file(tmp_path, stub.url), "1. llama", fmt="json", link=link, period=(1.0, 2.0), sleep=waits.append
+    )
+    want = {"summary": "1. llama", "link": link, "period": {"start": 1.0, "end": 2.0}}
+    assert [body for _, body in stub.posts] == [want, want] and waits == [1.0]
+    _no_secret(caplog)
+
+
+def test_slack_text_ends_with_the_link(tmp_path, stub_factory):
+    stub = stub_factory([200])
+    post_summary(_url_file(tmp_path, stub.url), "1. llama", link="https://r.example/x.html")
+    assert stub.posts[0][1] == {"text": "1. llama\nFull report: <https://r.example/x.html>"}

@@ -1,0 +1,153 @@
+"""How ``kvcache_time_until_full_seconds`` reads on real traffic: its +Inf / 0 / finite shares.
+
+Usage::
+
+    .venv/bin/python bench/ttf_distribution.py --trace conversation_trace.jsonl [--trace FILE ...] \\
+        [--scales 0.95,1.05,1.2] [--processes 2]
+
+Each trace (Azure CSV, Mooncake JSONL or plain, docs/simulator.md) is replayed at its own speed
+through the simulator and the sidecar's pipeline at each pool size (named, as in
+``bench/forecast.py --trace``, by the usage the trace's peaks reach on 5-second samples), with the
+shipped forecast settings; the trace's first 10 minutes warm the server up and are not counted.
+Per run it prints:
+
+- the share of published samples at which the gauge is +Inf, 0, or finite and positive;
+- ``0↔Inf``: samples at which the gauge jumps straight from 0 to +Inf or back (a flat saturated
+  plateau should read 0 steadily, not alternate);
+- the time from a load drop to the gauge leaving 0: for each run of consecutive 0s that ends (or the
+  trace ends) while ``kvcache_usage_ratio`` is below 0.8 (the cache is clearly not full any more),
+  from the first sample of that last stretch below 0.8 to the first sample that is not 0; the
+  number of such runs, the median and the longest. A dip below 0.8 that comes back above it inside
+  the run is part of the saturation (a preemption frees a request's blocks at once), not a drop.
+
+The full traces are not in the repository (docs/simulator.md, "Replaying a trace", says where they
+are). A run of the one-hour Mooncake conversation trace takes a few minutes of CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from sidecar.forecast_validation import FORECAST_FLAGS, TRACE_SERVER, TTF, USAGE, Trace, collect_trace
+from sidecar.simulator.simulation import peak_used_blocks
+from sidecar.simulator.trace import TraceError, TracePlay, load_trace
+
+#: Below this usage the cache is clearly not full: a 0 after it is the estimator's memory, not the cache.
+DROPPED_BELOW = 0.8
+
+
+@dataclass(frozen=True)
+class Distribution:
+    samples: int  # published samples
+    inf: int
+    zero: int
+    finite: int
+    flips: int  # 0 -> +Inf or +Inf -> 0 between consecutive samples
+    drop_lags_s: tuple[float, ...]  # per 0-run that outlived the load: load drop -> gauge leaves 0
+
+    def share(self, n: int) -> str:
+        return f"{100 * n / self.samples:.1f} %" if self.samples else "—"
+
+
+def distribution(tr: Trace) -> Distribution:
+    """The shares, flips and drop-to-leave-0 lags of one recorded run."""
+    ttf, usage, t = tr.g[TTF], tr.g[USAGE], tr.t
+    vals = [v for v in ttf if v is not None]
+    flips = sum(
+        1 for a, b in zip(ttf, ttf[1:], strict=False) if a is not None and b is not None and {a, b} == {0.0, math.inf}
+    )
+    lags: list[float] = []
+    dropped_at: float | None = None  # start of the current stretch of usage < DROPPED_BELOW inside a 0-run
+    in_zero = False
+    for i, v in enumerate(ttf):
+        if v == 0.0:
+            in_zero = True
+            u = usage[i]
+            if u is None or u >= DROPPED_BELOW:
+                dropped_at = None  # still (or again) loaded: a dip that came back is not a drop
+            elif dropped_at is None:
+                dropped_at = t[i]
+        else:
+            if in_zero and dropped_at is not None:
+                lags.append(t[i] - dropped_at)
+            in_zero, dropped_at = False, None
+    if in_zero and dropped_at is not None:  # still 0 at the end of the trace: as long as measured
+        lags.append(t[-1] - dropped_at)
+    return Distribution(
+        samples=len(vals),
+        inf=sum(1 for v in vals if v == math.inf),
+        zero=sum(1 for v in vals if v == 0.0),
+        finite=sum(1 for v in vals if 0.0 < v < math.inf),
+        flips=flips,
+        drop_lags_s=tuple(lags),
+    )
+
+
+def _run(args: tuple[str, float]) -> tuple[str, float, Trace]:
+    path, scale = args
+    play = TracePlay(load_trace(path))
+    usable = max(2, math.ceil(peak_used_blocks(play, TRACE_SERVER) / scale))
+    config = TRACE_SERVER.replace(
+        num_gpu_blocks_override=usable + 1,
+        max_model_len=min(TRACE_SERVER.max_model_len, usable * TRACE_SERVER.block_size),
+    )
+    (tr,) = collect_trace(play, config, [dict(FORECAST_FLAGS)], name=Path(path).name)
+    return Path(path).name, scale, tr
+
+
+def table(runs: Sequence[tuple[str, float, Trace]]) -> str:
+    rows = [
+        "| trace | peaks at | preemptions | samples | +Inf | 0 | finite | 0↔Inf flips | "
+        "load drop → leaves 0: runs, median, longest (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, scale, tr in runs:
+        d = distribution(tr)
+        lags = d.drop_lags_s
+        lag = f"{len(lags)}, {statistics.median(lags):.0f}, {max(lags):.0f}" if lags else "0, —, —"
+        rows.append(
+            f"| {name} | {scale:g} | {tr.preemptions} | {d.samples} | {d.share(d.inf)} | {d.share(d.zero)} "
+            f"| {d.share(d.finite)} | {d.flips} | {lag} |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", action="append", required=True, help="an arrival trace file (repeatable)")
+    ap.add_argument("--scales", default="0.95,1.05,1.2", help="pool sizes, as the usage the peaks reach")
+    ap.add_argument("--processes", type=int, default=2)
+    a = ap.parse_args(argv)
+    try:
+        scales = [float(x) for x in a.scales.split(",")]
+    except ValueError:
+        print(f"--scales: comma-separated numbers, got {a.scales!r}", file=sys.stderr)
+        return 2
+    if any(s <= 0 for s in scales) or a.processes < 1:
+        print("--scales must be positive and --processes at least 1", file=sys.stderr)
+        return 2
+    try:
+        for path in a.trace:
+            load_trace(path)  # a bad file fails here, with its line, before any run starts
+    except (OSError, TraceError) as e:
+        print(f"--trace: {e}", file=sys.stderr)
+        return 2
+    jobs = [(p, s) for p in a.trace for s in scales]
+    if a.processes == 1:
+        runs = [_run(j) for j in jobs]
+    else:
+        with ProcessPoolExecutor(max_workers=a.processes) as pool:
+            runs = list(pool.map(_run, jobs))
+    print(table(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
