@@ -22,55 +22,17 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from rawserver import RawServer, respond
+from rawserver import drip as answer_by_drip
+
 KV = Path(sys.executable).with_name("kv-sidecar")
-
-
-class Drip:
-    """Accepts every connection, reads the request, then sends an HTTP answer one byte a second."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.stop = threading.Event()
-        self.accepted = threading.Event()  # a request is in flight
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted.set()
-            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
-
-    def _drip(self, conn: socket.socket) -> None:
-        answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n" + b" " * 999
-        try:
-            conn.recv(65536)
-            for byte in answer:
-                if self.stop.wait(1.0):
-                    break
-                conn.sendall(bytes([byte]))
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
@@ -83,7 +45,8 @@ def report_drip(url: str, out: Path) -> dict[str, object]:
     """The drip's wall time, and the same command's against a server that refuses at once (the start-up and
     imports of the process, which the deadline does not bound): the difference is the request's."""
     took, code, said = _run([str(KV), "report", "--prometheus-url", url, "--timeout", "3s", "--out", str(out)])
-    refusing = Refusing()
+    refused = b'{"status":"error","errorType":"bad_data","error":"refused"}'
+    refusing = RawServer(respond(b"HTTP/1.1 400 Bad Request", refused))  # a 400 is not retried
     try:
         base, _, _ = _run([str(KV), "report", "--prometheus-url", refusing.url, "--timeout", "3s", "--out", str(out)])
     finally:
@@ -99,21 +62,7 @@ def report_drip(url: str, out: Path) -> dict[str, object]:
     }
 
 
-class Refusing(Drip):
-    """Answers every request at once with a 400 (not retried)."""
-
-    def _drip(self, conn: socket.socket) -> None:
-        body = b'{"status":"error","errorType":"bad_data","error":"refused"}'
-        try:
-            conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-
-def reporter_sigterm(drip: Drip, out: Path) -> dict[str, object]:
+def reporter_sigterm(drip: RawServer, out: Path) -> dict[str, object]:
     argv = [str(KV), "reporter", "--run-now", "--prometheus-url", drip.url, "--timeout", "120s", "--out", str(out)]
     drip.accepted.clear()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
@@ -139,7 +88,7 @@ def push_drip(url: str) -> dict[str, object]:
 
 
 def main() -> int:
-    drip = Drip()
+    drip = RawServer(answer_by_drip(1.0))
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for result in (

@@ -250,7 +250,6 @@ def _serve(args: argparse.Namespace, config: Config, web: WebConfig, env: Mappin
     # Deferred: the layers (httpx, the capacity model) and the daemon (apscheduler) would add ~120 ms
     # to every `kv-sidecar --help` and to the subcommands that never serve.
     from .daemon import serve
-    from .history import HistoryError
     from .layers import build_extenders
     from .reload import Sources
     from .webconfig import load_web_config
@@ -266,9 +265,6 @@ def _serve(args: argparse.Namespace, config: Config, web: WebConfig, env: Mappin
     extenders = build_extenders(config)
     try:
         asyncio.run(serve(config, extenders, sources=sources, web=web, build_layers=build_extenders))
-    except HistoryError as e:  # history.path is not a usable history file: nothing was served
-        print(f"kv-sidecar: history.path: {e}", file=sys.stderr)
-        return 2
     except OSError as e:  # e.g. the listen port is taken
         print(f"kv-sidecar: cannot listen on {config.listen_address}: {e.strerror or e}", file=sys.stderr)
         return 1

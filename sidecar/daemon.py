@@ -239,7 +239,10 @@ class Sidecar:
         extenders: tuple[Extender, ...] = (),
         clock: Callable[[], float] = time.time,
         history: HistoryStore | None = None,
+        history_refused: bool = False,
     ):
+        """``history_refused``: ``history.path`` is set but its file could not be used at start; the
+        sidecar serves without a history and counts it as one failed write."""
         self.config = config
         self.clock = clock  # wall time, injectable so tests can step past the staleness limit
         self.extenders = extenders
@@ -247,7 +250,7 @@ class Sidecar:
         # exports one of those names fails; auto_describe only matters for collectors without describe().
         self.registry = CollectorRegistry(auto_describe=False)
         self.history = history
-        self.history_errors = 0
+        self.history_errors = 1 if history_refused else 0
         self._history_failing = False
         self._history_lock = threading.Lock()  # the writer, the prune job and shutdown count errors
         self._history_writer = HistoryWriter(self._write_history) if history is not None else None
@@ -259,7 +262,7 @@ class Sidecar:
             self.states,
             staleness_s=config.staleness_s,
             clock=clock,
-            history_errors=(lambda: self.history_errors) if history is not None else None,
+            history_errors=(lambda: self.history_errors) if history is not None or history_refused else None,
         )
         self.registry.register(self.collector)
         self.started_monotonic = time.monotonic()
@@ -702,11 +705,17 @@ async def serve(
     ``sources`` say how to read the configuration again (default: ``config`` itself, so a reload only
     re-applies it); ``web`` is the web configuration ``sources`` read at start; ``build_layers`` makes the
     derivation layers of a reloaded configuration whose layer settings changed (default: keep ``extenders``).
-    Raises :class:`~sidecar.history.HistoryError` before serving when ``history.path`` cannot be used.
+    A ``history.path`` that cannot be used (not a history file, locked, a FIFO) never stops the start:
+    the sidecar serves without a history, logs why and counts one failed history write.
     """
     web = web or WebConfig()
     sources = sources or Sources.fixed(config, web)
-    sidecar = Sidecar(config, extenders, history=open_history(config))
+    try:
+        history, history_refused = open_history(config), False
+    except HistoryError as e:
+        log.error("history.path: %s; serving without a history (restart with a usable file to keep one)", e)
+        history, history_refused = None, True
+    sidecar = Sidecar(config, extenders, history=history, history_refused=history_refused)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     scheduler = AsyncIOScheduler(timezone="UTC", job_defaults={"coalesce": True, "max_instances": 1})

@@ -248,9 +248,10 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "gauge",
         "seconds",
         KEY,
-        "Tokens free above where the demand's peaks stand now (the trend of its upper envelope) / fill "
-        "rate; +Inf when not filling, 0 when at most one block is free at that level.",
-        "Below 15 minutes: KVCacheFullSoon; act before preemptions start.",
+        "Tokens free above where the demand stands now (its highest level over the last 100 s by default, "
+        "requests waiting for KV included, or a rising trend's line) / fill rate; +Inf when not filling, 0 "
+        "when at most one block is free at that level.",
+        "Below 15 minutes: KVCacheFullSoon (not in the engine's first 10 minutes); act before preemptions start.",
     ),
     MetricDoc(
         "kvcache_time_until_watermark_seconds",
@@ -395,7 +396,8 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "writes",
         (),
         "Failed writes of the embedded history (history.path): disk full, file locked by another "
-        "process, removed or replaced. Exported only when history.path is set.",
+        "process, removed or replaced; 1 from the start when the file could not be used at all (the "
+        "sidecar then serves without a history). Exported only when history.path is set.",
         "Above 0 and rising: the weekly report from this history will have gaps; see the sidecar's log.",
     ),
     MetricDoc(

@@ -418,7 +418,8 @@ SETTINGS: tuple[Setting, ...] = (
         "path",
         Text(metavar="PATH"),
         None,
-        "the history file (created if missing; a file that is not a kv-sidecar history is refused); none = off",
+        "the history file (created if missing; a file that is not a kv-sidecar history is left alone and "
+        "the sidecar serves without a history); none = off",
         env="KV_SIDECAR_HISTORY_PATH",
         run_flag=True,
         shown_default="none (off)",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import sqlite3
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -125,28 +124,38 @@ def test_no_history_no_history_series(tmp_path):
     assert "kvcache_sidecar_history_write_errors_total" not in generate_latest(Sidecar(config).registry).decode()
 
 
-def test_a_foreign_history_file_stops_the_start_with_exit_2(tmp_path):
+def test_a_foreign_history_file_never_stops_the_sidecar(tmp_path):
+    """A sidecar that exits would crash-loop and take its pod out of the Service: it serves without a
+    history instead, says why once, counts it, and leaves the file alone."""
     foreign = tmp_path / "history.sqlite"
     foreign.write_bytes(b"not a database, and precious\n" * 100)
+    procs = Processes(tmp_path)
     port = free_port()
-    proc = subprocess.run(
-        [
-            *kv_sidecar(),
-            "run",
-            "--target",
-            "http://127.0.0.1:9/metrics",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            "--history.path",
-            str(foreign),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert "history.path" in proc.stderr and str(foreign) in proc.stderr and "Traceback" not in proc.stderr
-    assert "listening" not in proc.stderr  # nothing was served
+    try:
+        procs.start(
+            "sidecar",
+            [
+                *kv_sidecar(),
+                "run",
+                "--target",
+                "http://127.0.0.1:9/metrics",
+                "--web.listen-address",
+                f"127.0.0.1:{port}",
+                "--history.path",
+                str(foreign),
+            ],
+        )
+        deadline = time.monotonic() + 30
+        body = b""
+        while time.monotonic() < deadline and b"kvcache_sidecar_history_write_errors_total" not in body:
+            procs.check_alive()
+            _, body = http_get(f"http://127.0.0.1:{port}/metrics")
+            time.sleep(0.2)
+        assert b"kvcache_sidecar_history_write_errors_total 1.0" in body
+        log = procs.logs("sidecar")
+    finally:
+        procs.stop()
+    assert "history.path" in log and str(foreign) in log and "Traceback" not in log
     assert foreign.read_bytes() == b"not a database, and precious\n" * 100  # untouched
 
 

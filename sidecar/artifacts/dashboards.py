@@ -88,6 +88,16 @@ ANNOTATION_FALLBACK_KEYS = ("tagKeys", "textFormat", "titleFormat")
 #: without the label too, "Querying basics"): harmless where Prometheus holds one cluster and no such label.
 VAR_CLUSTER = "cluster"
 
+#: Grafana's custom unit for a rate of tokens (``suffix:`` units, "Standard options > Unit" docs): no
+#: unit of Grafana's list counts tokens.
+TOKENS_PER_S = "suffix: tokens/s"
+
+#: alerts/alertmanager.yaml's inhibit rule, which the Fleet's alert table applies: a critical source alert
+#: mutes the warning targets on the same pod (``equal``: namespace, pod, and these).
+INHIBIT_SOURCES = ("KVCacheAlmostFull", "KVCacheFullSoon")
+INHIBIT_TARGETS = ("KVCacheAlmostFull", "KVCachePreemptions", "KVCacheRequestsWaitingForKV")
+INHIBIT_EQUAL_OTHER = ("instance", "target")
+
 #: Tag of the three dashboards (Grafana's search and tag links).
 TAG = "kvcache"
 
@@ -386,6 +396,9 @@ class Table:
     columns: dict[str, str]
     #: column title -> unit, for the value columns
     units: dict[str, str] = field(default_factory=dict)
+    #: label fields whose values are numbers (e.g. ``gpu_memory_utilization="0.9"``): converted to numbers
+    #: (Grafana's convertFieldType transformation) so that their column's unit applies ("90%", not "0.9")
+    numeric: tuple[str, ...] = ()
     #: column title -> more field properties (:func:`_colored`, :func:`_mapped`)
     styles: dict[str, list[dm.DynamicConfigValue]] = field(default_factory=dict)
     unit: str = "none"
@@ -409,6 +422,11 @@ class Table:
         )
         if len(self.queries) > 1:
             p = p.with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
+        if self.numeric:
+            conversions = [{"targetField": name, "destinationType": "number"} for name in self.numeric]
+            p = p.with_transformation(
+                dm.DataTransformerConfig(id_val="convertFieldType", options={"conversions": conversions, "fields": {}})
+            )
         p = p.with_transformation(
             dm.DataTransformerConfig(id_val="filterFieldsByName", options={"include": {"names": list(self.columns)}})
         ).with_transformation(
@@ -461,8 +479,16 @@ def _firing_alerts(p: DashboardParams, s: _Sel) -> list[Panel]:
     full_soon_s = prometheus_duration_seconds(p.full_soon_within)
     alert_runbook = _runbook(p, "${__data.fields.alertname}")
     critical = alerts[:-1] + ', severity="critical"}'
-    # alerts/alertmanager.yaml's inhibition: critical mutes warning, equal on alertname, namespace, pod
-    delivered = f"{critical} or ({alerts} unless on (alertname, {p.namespace_label}, {p.pod_label}) {critical})"
+    # alerts/alertmanager.yaml's inhibit rule, as a set: the firing alerts less the targets muted by a source
+    # with the same `equal` labels (a label absent on both counts as equal there and in PromQL's `on`)
+    source = "ALERTS" + s.namespace(
+        f'alertname=~"{"|".join(INHIBIT_SOURCES)}"', 'alertstate="firing"', 'severity="critical"'
+    )
+    target = "ALERTS" + s.namespace(
+        f'alertname=~"{"|".join(INHIBIT_TARGETS)}"', 'alertstate="firing"', 'severity="warning"'
+    )
+    equal = _by(p.namespace_label, p.pod_label, *INHIBIT_EQUAL_OTHER)[3:]
+    delivered = f"{alerts}\nunless\n({target}\n  and on {equal}\n  {source})"
     return [
         Stat(
             "Pages firing (critical)",
@@ -525,7 +551,7 @@ def _pod_table(p: DashboardParams, s: _Sel) -> Table:
     drill = (
         f"/d/{DASHBOARD_POD_UID}?var-{VAR_NAMESPACE}=${{__data.fields.{p.namespace_label}}}"
         f"&var-{VAR_MODEL_NAME}=${{__data.fields.model_name}}&var-{VAR_POD}=${{__data.fields.{p.pod_label}}}"
-        f"&${{{VAR_DATASOURCE}:queryparam}}&${{__url_time_range}}"
+        f"&${{{VAR_CLUSTER}:queryparam}}&${{{VAR_DATASOURCE}:queryparam}}&${{__url_time_range}}"
     )
     return Table(
         "Pods",
@@ -576,21 +602,31 @@ def _fleet_fill(p: DashboardParams, s: _Sel) -> list[Panel]:
 def _fleet_tokens(p: DashboardParams, s: _Sel) -> list[Panel]:
     by = f"by ({p.namespace_label}, model_name)"
     model = _legend(p.namespace_label, "model_name")
+    capacity = f"sum {by} (kvcache_used_tokens{s.engine()} + kvcache_free_tokens{s.engine()})"
     return [
         Graph(
-            "Capacity vs demand per model",
+            "KV capacity and tokens held per model",
             "Per model, the usable KV capacity of the selected pods in tokens (used + free: vLLM's pool without "
-            "its null block, hybrid models included), the tokens held, and the demand (held plus "
-            "what requests waiting for capacity need at the watermark). Demand near or above capacity: the cache is "
-            "the bottleneck; see What to change.",
+            "its null block, hybrid models included) and the tokens held. Held near capacity: the pool is full; "
+            "the panel beside it says by how much demand exceeds it.",
             "short",
-            [
-                Q(f"sum {by} (kvcache_used_tokens{s.engine()} + kvcache_free_tokens{s.engine()})", f"{model} capacity"),
-                Q(f"sum {by} (kvcache_demand_tokens{s.engine()})", f"{model} demand"),
-                Q(f"sum {by} (kvcache_used_tokens{s.engine()})", f"{model} used"),
-            ],
+            [Q(capacity, f"{model} capacity"), Q(f"sum {by} (kvcache_used_tokens{s.engine()})", f"{model} used")],
+            w=6,
             axis_label="tokens",
             min=0,
+        ),
+        Graph(
+            "Demand as a share of capacity per model",
+            "Per model, the KV demand (tokens held plus what requests waiting for capacity need at the watermark) "
+            "divided by the usable capacity: 100% fills the pool, 300% needs three times it. A ratio, not tokens "
+            "on the capacity's axis: a demand many times the capacity would squash the capacity onto the x axis, "
+            "and the ratio is the factor to scale the pool or the replicas by. Above the "
+            f"{_pct(p.thresholds.watermark)} watermark line: the cache is the bottleneck; see What to change.",
+            "percentunit",
+            [Q(f"sum {by} (kvcache_demand_tokens{s.engine()})\n/\n{capacity}", f"{model} demand / capacity")],
+            w=6,
+            min=0,
+            thresholds=_steps((None, "green"), (p.thresholds.watermark, "red")),
         ),
         Graph(
             "Time until full by pod",
@@ -853,7 +889,7 @@ def _pod_tokens(p: DashboardParams, s: _Sel) -> list[Panel]:
             "Fill rate",
             "Trend of the KV demand in tokens per second (kvcache_fill_rate_tokens_per_second). Positive and steady: "
             "the cache is filling; the time until full follows from it.",
-            "short",
+            TOKENS_PER_S,
             [Q(f"kvcache_fill_rate_tokens_per_second{s.engine()}", engine)],
             w=6,
             axis_label="tokens/s",
@@ -1025,6 +1061,8 @@ def _pod_info(p: DashboardParams, s: _Sel) -> list[Panel]:
                 ),
                 server_labels,
             ),
+            units={"GPU memory util.": "percentunit", "KV cache memory": "bytes"},
+            numeric=("gpu_memory_utilization", "kv_cache_memory_bytes"),
             h=5,
         ),
         Graph(
@@ -1038,6 +1076,7 @@ def _pod_info(p: DashboardParams, s: _Sel) -> list[Panel]:
                 Q("up" + s.pod_only(f'job="{p.sidecar_job}"'), f"Prometheus → sidecar {_legend(p.pod_label)}"),
             ],
             w=8,
+            axis_label="up = 1",
             min=0,
             max=1,
             runbook=_runbook(p, "KVCacheSidecarDown"),
@@ -1164,19 +1203,27 @@ def _capacity_usage(p: DashboardParams, s: _Sel) -> list[Panel]:
 def _capacity_tokens(p: DashboardParams, s: _Sel) -> list[Panel]:
     m = s.model()
     model = _legend(p.namespace_label, "model_name")
+    capacity = f"max_over_time(namespace_model:kvcache_usable_tokens:sum{m}[1d])"
     return [
         Graph(
-            "Peak demand vs capacity per day",
-            "Per model, over the trailing day: the peak KV demand in tokens against the KV capacity of its pods. "
-            "Peak demand above capacity: the model needs more KV (see the suggested utilization below).",
+            "KV capacity per day",
+            "Per model, over the trailing day: the largest usable KV capacity of its pods in tokens. A step is a "
+            "change of replicas or cache settings; compare it with the demand's share beside it.",
             "short",
-            [
-                Q(f"max_over_time(namespace_model:kvcache_demand_tokens:sum{m}[1d])", f"{model} peak demand"),
-                Q(f"max_over_time(namespace_model:kvcache_usable_tokens:sum{m}[1d])", f"{model} capacity"),
-            ],
-            w=24,
+            [Q(capacity, f"{model} capacity")],
             axis_label="tokens",
             min=0,
+        ),
+        Graph(
+            "Peak demand as a share of capacity per day",
+            "Per model, over the trailing day: the peak KV demand divided by the capacity (100% fills the pool, 300% "
+            "needs three times it). A ratio rather than both in tokens, where a demand many times the capacity "
+            "squashes the capacity onto the x axis. Above 100%: the model needs more KV (see the suggested "
+            "utilization below).",
+            "percentunit",
+            [Q(f"max_over_time(namespace_model:kvcache_demand_tokens:sum{m}[1d])\n/\n{capacity}", f"{model} peak")],
+            min=0,
+            thresholds=_steps((None, "green"), (1, "red")),
         ),
     ]
 
@@ -1300,7 +1347,7 @@ def _annotations(p: DashboardParams, s: _Sel) -> list[tuple[db.AnnotationQuery, 
                 "purple",
                 f"(\n  changes({started}[$__rate_interval]) > 0\n  or\n"
                 f"  ({started} unless {started} offset $__rate_interval)\n)\n"
-                f"and on ({ns}, {pod}, instance) vllm:num_requests_running",
+                f"and on ({ns}, {pod}, instance) vllm:num_requests_running{s.pod_only()}",
             ),
             {"titleFormat": "vLLM restarted", "textFormat": where, "tagKeys": f"{ns},{pod}"},
         ),

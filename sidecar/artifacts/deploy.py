@@ -56,6 +56,7 @@ from .kubernetes import (
     predictor_sidecar_patch,
     report_config_map,
     report_cronjob,
+    report_volume_claim,
     sidecar_config_map,
     sidecar_patch,
 )
@@ -374,8 +375,12 @@ def kserve_kustomization_text() -> str:
 
 
 def report_text(tag: str = __version__) -> str:
-    """``base/report.yaml``: the report's ConfigMap and its CronJob."""
-    docs = [report_config_map(report_config_text(Thresholds()), PROMETHEUS_URL), report_cronjob(tag)]
+    """``base/report.yaml``: the report's ConfigMap, its volume and its CronJob."""
+    docs = [
+        report_config_map(report_config_text(Thresholds()), PROMETHEUS_URL),
+        report_volume_claim(),
+        report_cronjob(tag),
+    ]
     return _HEADER + "---\n".join(dump_yaml(d) for d in docs)
 
 

@@ -84,6 +84,17 @@ REPORT_CONFIG_KEY = "report.yaml"
 REPORT_URL_KEY = "prometheus_url"
 REPORT_CONFIG_DIR = "/etc/kv-sidecar"
 REPORT_OUT = "/reports"
+#: The Secret a team creates with its chat webhook's URL (``kubectl create secret generic
+#: kv-cache-sidecar-report-webhook --from-literal=url=https://hooks.slack.com/...``); optional: without it the
+#: Job writes the report and posts nothing.
+REPORT_WEBHOOK_SECRET = f"{REPORT_NAME}-webhook"
+REPORT_WEBHOOK_KEY = "url"
+REPORT_WEBHOOK_DIR = "/etc/kv-sidecar-webhook"
+#: Weeks of reports the volume keeps (``--keep-weeks``): a quarter.
+REPORT_KEEP_WEEKS = 13
+#: The reports' volume: a week's Markdown, HTML (plots embedded), JSON and PNGs take a few MB for a handful
+#: of models (about 25 MB of JSON for 64 pods), so 1 GiB holds a quarter of a large namespace's.
+REPORT_STORAGE = "1Gi"
 #: Mondays 06:00 UTC, as ``kv-sidecar reporter``'s default: last week's report before the week starts.
 REPORT_SCHEDULE = "0 6 * * 1"
 #: The report's: ``kv-sidecar report --compare-previous`` over two weeks of five pods (the report tests' known
@@ -301,11 +312,23 @@ def report_config_map(config_text: str, prometheus_url: str) -> dict[str, Any]:
     return config_map(REPORT_NAME, "report", {REPORT_URL_KEY: prometheus_url, REPORT_CONFIG_KEY: config_text})
 
 
-def report_cronjob(tag: str) -> dict[str, Any]:
+def report_volume_claim(storage: str = REPORT_STORAGE) -> dict[str, Any]:
+    """The reports' volume (:func:`report_cronjob`), of the cluster's default storage class."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": REPORT_NAME, "labels": labels("report")},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}},
+    }
+
+
+def report_cronjob(tag: str, keep_weeks: int = REPORT_KEEP_WEEKS) -> dict[str, Any]:
     """The weekly report (``kv-sidecar report`` from Prometheus), once per cluster namespace, never in a
     sidecar (one per pod would write it N times). Its Prometheus URL comes from :func:`report_config_map`;
-    the report covers the pods of the CronJob's own namespace; files go to an ``emptyDir`` (replace it with
-    a volume that outlives the Job to keep them) and the summary to the Job's log."""
+    the report covers the pods of the CronJob's own namespace. Files go to :func:`report_volume_claim`,
+    ``keep_weeks`` weeks of them; the summary to the Job's log and, when the optional Secret
+    :data:`REPORT_WEBHOOK_SECRET` exists, to its chat webhook (exit 4 when that fails: the week waits on
+    the volume and is sent by the next run)."""
     pod_security = {
         "runAsNonRoot": True,
         "runAsUser": UID,
@@ -324,11 +347,18 @@ def report_cronjob(tag: str) -> dict[str, Any]:
             "--compare-previous",
             *("--config.file", f"{REPORT_CONFIG_DIR}/{REPORT_CONFIG_KEY}"),
             *("--out", REPORT_OUT),
+            *("--keep-weeks", str(keep_weeks)),
+            *("--webhook-url-file", f"{REPORT_WEBHOOK_DIR}/{REPORT_WEBHOOK_KEY}"),
+            *("--webhook-format", "slack"),
         ],
         "env": [
             {"name": "PROMETHEUS_URL", "valueFrom": {"configMapKeyRef": {"name": REPORT_NAME, "key": REPORT_URL_KEY}}},
             {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             {"name": "MPLCONFIGDIR", "value": "/tmp/matplotlib"},
+            # glibc keeps the report's per-pod arrays (about 80 KB each, under its default 128 KB mmap
+            # threshold) in its heap and does not hand their holes to the plots: at 1,000 pods with
+            # --compare-previous the peak is 1,073 MiB without this, 950 MiB with it (bench/report_memory.py).
+            {"name": "GLIBC_TUNABLES", "value": "glibc.malloc.mmap_threshold=65536"},
         ],
         "resources": REPORT_RESOURCES,
         "securityContext": container_security_context(),
@@ -336,6 +366,7 @@ def report_cronjob(tag: str) -> dict[str, Any]:
         "volumeMounts": [
             {"name": "config", "mountPath": REPORT_CONFIG_DIR, "readOnly": True},
             {"name": "reports", "mountPath": REPORT_OUT},
+            {"name": "webhook", "mountPath": REPORT_WEBHOOK_DIR, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
@@ -364,7 +395,15 @@ def report_cronjob(tag: str) -> dict[str, Any]:
                             "containers": [container],
                             "volumes": [
                                 {"name": "config", "configMap": {"name": REPORT_NAME}},
-                                {"name": "reports", "emptyDir": {"sizeLimit": "256Mi"}},
+                                {"name": "reports", "persistentVolumeClaim": {"claimName": REPORT_NAME}},
+                                {
+                                    "name": "webhook",
+                                    "secret": {
+                                        "secretName": REPORT_WEBHOOK_SECRET,
+                                        "optional": True,  # no Secret: the report is written, nothing posted
+                                        "defaultMode": 0o440,
+                                    },
+                                },
                                 {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
                             ],
                         },

@@ -8,10 +8,12 @@ put it on its 24-column grid, in a dark, Grafana-like look:
 - ``row`` panels are section headers; the panels of a collapsed row are drawn expanded below it,
   and everything further down moves down to make room (what Grafana does when a row is opened);
 - ``timeseries``: one line per series, the legend from the target's ``legendFormat``, stacked when
-  the panel stacks, threshold lines when the panel draws them, the y axis in the panel's unit, and
+  the panel stacks, threshold lines when the panel draws them, the y axis in the panel's unit (a
+  second one on the right for the series an ``axisPlacement: right`` override puts there), and
   the dashboard's annotations (restarts, configuration changes, alerts) as vertical marks;
 - ``stat``: the last value, in the panel's unit, coloured by its thresholds;
-- ``table``: the first rows of the instant results, one column per label and per query value;
+- ``table``: the first rows of the instant results, one column per label and per query value
+  (the ``merge``, ``convertFieldType``, ``filterFieldsByName`` and ``organize`` transformations);
 - any other type: its title and "(type not rendered)".
 
 A query that fails or returns nothing draws "no data" in its panel (with the reason), so the picture
@@ -566,10 +568,15 @@ def threshold_color(panel: Mapping[str, Any], v: float | None) -> str:
     return color
 
 
-def mapped_text(mappings: Any, v: float) -> str | None:
-    """The text a value or range mapping gives ``v`` (Grafana's "Value mappings"), else None."""
+def mapped_text(mappings: Any, v: float | str) -> str | None:
+    """The text a value or range mapping gives ``v`` (Grafana's "Value mappings"), else None. A text
+    (a label column such as an action) matches a value mapping's key exactly."""
     for mapping in mappings or []:
         options = mapping.get("options") or {}
+        if isinstance(v, str):
+            if mapping.get("type") == "value" and v in options:
+                return (options[v] or {}).get("text")
+            continue
         if mapping.get("type") == "range":
             low, high = options.get("from"), options.get("to")
             if (low is None or v >= low) and (high is None or v <= high):
@@ -682,13 +689,20 @@ def _finite(values: list[float]) -> list[float]:
     return [v if math.isfinite(v) else math.nan for v in values]
 
 
-def _draw_lines(ax: Any, panel: Mapping[str, Any], data: PanelData) -> list[Any]:
+def _split_by_axis(panel: Mapping[str, Any], data: PanelData) -> tuple[PanelData, PanelData]:
+    """The series of the left axis and those an override puts on the right (``custom.axisPlacement``)."""
+    right = [s for s in data.series if override(panel, "custom.axisPlacement", s.name, s.ref_id) == "right"]
+    left = [s for s in data.series if all(s is not r for r in right)]
+    return PanelData(left), PanelData(right)
+
+
+def _draw_lines(ax: Any, panel: Mapping[str, Any], data: PanelData, *, first_color: int = 0) -> list[Any]:
     """One line per series (filled when the panel asks); the handles for the legend."""
     custom = _custom(panel)
     fill = float(custom.get("fillOpacity") or 0) / 100
     width = float(custom.get("lineWidth") or 1) * 1.3
     handles = []
-    for i, s in enumerate(data.series):
+    for i, s in enumerate(data.series, start=first_color):
         color = series_color(panel, s, i)
         x, y = _dates(s.times), _finite(s.values)
         (line,) = ax.plot(x, y, color=color, linewidth=width, marker="o" if len(x) == 1 else None, markersize=3)
@@ -831,13 +845,29 @@ def draw_timeseries(
     ax = canvas.axes(chart)
     _style_axes(ax)
     stacked = (_custom(panel).get("stacking") or {}).get("mode") == "normal"
-    handles = _draw_stacked(ax, panel, data) if stacked else _draw_lines(ax, panel, data)
+    left, right = _split_by_axis(panel, data)
+    handles = _draw_stacked(ax, panel, left) if stacked else _draw_lines(ax, panel, left)
     _y_axis(ax, panel)
     _draw_thresholds(ax, panel)
     _draw_marks(ax, marks)
     margin = _tick_label_width(ax) + 14
-    chart = Box(box.left + margin, chart.top, box.width - margin - 20, chart.height)
+    right_margin = 20.0
+    twin = None
+    if right.series:
+        # Grafana's axisPlacement "right" override: those series get an axis of their own on the right
+        twin = ax.twinx()
+        _style_axes(twin)
+        twin.grid(False)
+        right_handles = _draw_lines(twin, panel, right, first_color=len(left.series))
+        _y_axis(twin, panel)
+        right_margin = _tick_label_width(twin) + 14
+        # the legend lists the series in query order, whichever axis they are on
+        by_series = {id(s): h for s, h in zip([*left.series, *right.series], [*handles, *right_handles], strict=True)}
+        handles = [by_series[id(s)] for s in data.series]
+    chart = Box(box.left + margin, chart.top, box.width - margin - right_margin, chart.height)
     ax.set_position(canvas.rect(chart))
+    if twin is not None:
+        twin.set_position(canvas.rect(chart))
     _time_axis(ax, tr, chart.width)
     if not names:
         return
@@ -942,6 +972,24 @@ def _table_records(panel: Mapping[str, Any], data: PanelData) -> list[dict[str, 
             records.append(record)
         else:
             into.update(record)
+    return _to_numbers(panel, records)
+
+
+def _to_numbers(panel: Mapping[str, Any], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Grafana's ``convertFieldType`` to ``number``: a label such as ``gpu_memory_utilization="0.9"`` becomes
+    0.9, so the column's unit applies; a text that is no number becomes empty (Grafana: null)."""
+    conversions = (_transformation(panel, "convertFieldType") or {}).get("conversions") or []
+    for conversion in conversions:
+        name = conversion.get("targetField")
+        if conversion.get("destinationType") != "number" or not name:
+            continue
+        for record in records:
+            value = record.get(name)
+            if isinstance(value, str):
+                try:
+                    record[name] = float(value)
+                except ValueError:
+                    record[name] = None
     return records
 
 
@@ -976,15 +1024,16 @@ def _table_fields(panel: Mapping[str, Any], records: list[dict[str, Any]]) -> li
 def _cell(panel: Mapping[str, Any], field_name: str, shown_name: str, v: Any) -> str:
     if field_name == "Time" and isinstance(v, float):
         return _utc(v)
+    mappings = override(panel, "mappings", shown_name) or override(panel, "mappings", field_name)
+    mappings = mappings or _defaults(panel).get("mappings")
     if isinstance(v, float):
         unit = (
             override(panel, "unit", shown_name) or override(panel, "unit", field_name) or _defaults(panel).get("unit")
         )
-        mappings = override(panel, "mappings", shown_name) or override(panel, "mappings", field_name)
-        return mapped_text(mappings or _defaults(panel).get("mappings"), v) or format_value(
-            v, unit, _defaults(panel).get("decimals")
-        )
-    return "" if v is None else str(v)
+        return mapped_text(mappings, v) or format_value(v, unit, _defaults(panel).get("decimals"))
+    if isinstance(v, str):
+        return mapped_text(mappings, v) or v
+    return ""
 
 
 def table_rows(panel: Mapping[str, Any], data: PanelData) -> tuple[list[str], list[list[str]]]:

@@ -13,7 +13,9 @@ Exit codes (one line on stderr for each failure, no traceback, no partial file):
   folder cannot be written;
 2 bad arguments or input files: the configuration, the selector, the period, a history file that is
   missing, corrupt, foreign or locked;
-3 nothing to report: the selector matched no pod in the period.
+3 nothing to report: the selector matched no pod in the period;
+4 the report was written but its summary could not be delivered to the webhook: the week is kept
+  waiting next to the reports and sent at the next run (:func:`sidecar.report.deliver.deliver`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -248,7 +251,9 @@ def summary_text(report: Any, paths: Sequence[Path], report_url: str | None = No
         lines.append("Nothing to change this week.")
     pages = [p for p in paths if p.suffix in (".html", ".md")]
     if report_url:
-        lines += [f"Report: {report_url.rstrip('/')}/{quote(p.name)}" for p in pages]
+        from ..outbound import shown_url  # printed and posted: never its user:password@
+
+        lines += [f"Report: {shown_url(report_url).rstrip('/')}/{quote(p.name)}" for p in pages]
     else:
         lines += [f"Report: {p}" for p in pages]
     return "\n".join(lines)
@@ -384,7 +389,7 @@ def add_report_flags(p: argparse.ArgumentParser) -> None:
         type=_positive_int,
         default=1000,
         metavar="N",
-        help="refuse a report of more pods (about 0.8 MB each a week, twice with --compare-previous; default: 1000)",
+        help="refuse a report of more pods (about 1 MB each a week, --compare-previous included; default: 1000)",
     )
 
 
@@ -414,7 +419,13 @@ def options_from_args(args: argparse.Namespace) -> Options:
 
 def cmd_report(args: argparse.Namespace) -> int:
     try:
-        outcome = produce(options_from_args(args))
+        options = options_from_args(args)
+        webhook = _webhook_file(args.webhook_url_file)
+        if args.dry_run:  # the report is computed and written where nobody reads it: only the payload is shown
+            with tempfile.TemporaryDirectory(prefix="kv-sidecar-report-") as scratch:
+                outcome = produce(replace(options, out=Path(scratch)))
+                return _print_dry_run(args, webhook, outcome)
+        outcome = produce(options)
     except ReportFailed as e:
         print(f"kv-sidecar report: {e}", file=sys.stderr)
         return e.code
@@ -422,6 +433,71 @@ def cmd_report(args: argparse.Namespace) -> int:
         print("kv-sidecar report: interrupted; no report file was left half-written", file=sys.stderr)
         return 130
     print(outcome.summary_text)
+    if args.keep_weeks is not None:
+        from .retention import prune
+
+        try:
+            prune(options.out, args.keep_weeks)
+        except OSError as e:
+            print(f"kv-sidecar report: --keep-weeks: cannot remove an old report ({e.strerror})", file=sys.stderr)
+            return 1
+    return _deliver(args, webhook, outcome)
+
+
+def _webhook_file(text: str | None) -> Path | None:
+    """``--webhook-url-file``: None without it, or when the file is absent (an optional Secret not created:
+    said on stderr); a file that is there must hold a URL (exit 2)."""
+    from .deliver import DeliveryError, read_webhook_url
+
+    if text is None:
+        return None
+    path = Path(text)
+    if not path.exists():
+        print(f"kv-sidecar report: --webhook-url-file {text}: absent, the summary is not posted", file=sys.stderr)
+        return None
+    try:
+        read_webhook_url(path)
+    except DeliveryError as e:
+        raise ReportFailed(str(e), 2) from None
+    return path
+
+
+def chat_message(outcome: Outcome, report_url: str | None) -> tuple[str, str]:
+    """What a chat webhook gets: the summary's lines (no local paths) and the link to the report under
+    ``--report-url`` (the HTML page, else the Markdown; empty without it)."""
+    text = summary_text(outcome.report, [])
+    pages = sorted((p for p in outcome.paths if p.suffix in (".html", ".md")), key=lambda p: p.suffix != ".html")
+    from ..outbound import shown_url  # posted to a chat: never its user:password@
+
+    link = f"{shown_url(report_url).rstrip('/')}/{quote(pages[0].name)}" if report_url and pages else ""
+    return text, link
+
+
+def _print_dry_run(args: argparse.Namespace, webhook: Path | None, outcome: Outcome) -> int:
+    from .deliver import dry_run_text
+
+    text, link = chat_message(outcome, args.report_url)
+    period = (outcome.report.period.start, outcome.report.period.end)
+    print(dry_run_text(webhook, text, period=period, link=link, fmt=args.webhook_format))
+    if args.keep_weeks is not None:
+        print(f"would keep the reports of the last {args.keep_weeks} weeks in {args.out}")
+    return 0
+
+
+def _deliver(args: argparse.Namespace, webhook: Path | None, outcome: Outcome) -> int:
+    from .deliver import DeliveryError, deliver
+
+    if webhook is None:
+        return 0
+    text, link = chat_message(outcome, args.report_url)
+    period = (outcome.report.period.start, outcome.report.period.end)
+    try:
+        deliver(args.out, webhook, text, period=period, link=link, fmt=args.webhook_format)
+    except DeliveryError as e:
+        print(
+            f"kv-sidecar report: {e}; the report files are kept and this week is sent at the next run", file=sys.stderr
+        )
+        return 4
     return 0
 
 
@@ -469,6 +545,36 @@ def cmd_reporter(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_delivery_flags(p: argparse.ArgumentParser) -> None:
+    from .deliver import PAYLOAD_FORMATS
+
+    d = p.add_argument_group("delivery and retention")
+    d.add_argument(
+        "--webhook-url-file",
+        metavar="FILE",
+        help="post the summary (with its --report-url link) to the webhook whose URL this file holds; "
+        "an absent file posts nothing. A failed week is sent at the next run (exit 4)",
+    )
+    d.add_argument(
+        "--webhook-format",
+        choices=PAYLOAD_FORMATS,
+        default="slack",
+        help='the body: Slack\'s {"text"} (Mattermost, Rocket.Chat, Teams too) or a JSON object with summary, link '
+        "and period (default: slack)",
+    )
+    d.add_argument(
+        "--keep-weeks",
+        type=_positive_int,
+        metavar="N",
+        help="after writing, remove the report files in --out older than N weeks (default: keep all)",
+    )
+    d.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="compute the report, write nothing, send nothing: print the body that would be posted",
+    )
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``report`` and ``reporter``."""
     p: argparse.ArgumentParser = subparsers.add_parser(
@@ -478,6 +584,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "sidecar's history. Exit codes: 0 written, 1 source or output failure, 2 bad input, 3 no data.",
     )
     add_report_flags(p)
+    _add_delivery_flags(p)
     p.set_defaults(func=cmd_report)
 
     r: argparse.ArgumentParser = subparsers.add_parser(

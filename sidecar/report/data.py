@@ -33,6 +33,10 @@ STEP_S = 60.0
 MAX_POINTS_PER_SERIES = 11_000
 #: The alerts whose firings the report lists (the ``ALERTS`` series).
 PAGED_ALERTS = ("KVCacheAlmostFull", "KVCacheFullSoon")
+#: What the figures read of the period before (``Week.previous``): each model's peak of summed demand
+#: (:func:`sidecar.report.figures._previous_peaks`). The sources read only these series for it, so
+#: ``--compare-previous`` costs one series a pod, not ten; its other series stay all NaN.
+PREVIOUS_FIELDS = ("demand_max",)
 
 NAN = math.nan
 
@@ -186,7 +190,8 @@ class Week:
     pages: list[Page]
     #: where the data came from, as the report prints it ("Prometheus http://...", "history /var/lib/...")
     source: str
-    #: the period before, read the same way, for the week-over-week figures (None: not asked or no data)
+    #: the period before, for the week-over-week figures (None: not asked or no data); only its
+    #: pods and their PREVIOUS_FIELDS are read
     previous: Week | None = None
     #: False when the source cannot know the pages (the embedded history has no ALERTS series)
     pages_known: bool = True

@@ -12,39 +12,37 @@ Retries: a 5xx answer, a 429 (rate limited: Slack's ``Retry-After`` is honoured 
 :data:`MAX_RETRY_AFTER_S`), a timeout or a connection error is retried, ``attempts`` times in all,
 waiting ``backoff_s × 2^(n − 1)`` after the ``n``-th failure. Any other answer (a 4xx: a revoked or
 mistyped URL) is not retried. The last failure raises :class:`DeliveryError`, whose message is one
-line; the report files already written are never touched here. Each POST is bounded by one total
-deadline of :data:`TIMEOUT_S` (:func:`sidecar.outbound.client`: a receiver sending a byte a second
-cannot hold the Job).
+line; the report files already written are never touched here.
 
 Never a lost week: :func:`deliver` first records the week in a small marker file next to the reports
 (:data:`PENDING_FILE`, JSON, replaced atomically), then posts every week the marker holds, oldest
 first, removing each from it once delivered. A week whose delivery failed stays in the marker and is
-posted, before the new one, at the next run; a rerun of the same period replaces its entry. Why a
-marker and not a re-read of old reports: it carries exactly the text that would have been sent, and
-costs no query.
+posted, before the new one, at the next run; a rerun of the same week (the Job's retry, minutes later)
+replaces its entry. Why a marker and not a re-read of old reports: it carries exactly the text that
+would have been sent, and costs no query.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-from .. import outbound
 from ..files import TOKEN_MAX_BYTES, FileProblem, read_text
 
 log = logging.getLogger("kv_sidecar.report")
 
-#: Seconds one POST may take, all included.
+#: Seconds one POST may take (connect, send and read each). Not :func:`sidecar.outbound.client`'s total
+#: deadline: its cancellation on SIGTERM (made for reading Prometheus) would abort the delivery of a
+#: report already written, which ``kv-sidecar reporter`` finishes on its way out.
 TIMEOUT_S = 10.0
 #: A ``Retry-After`` longer than this is cut to it: the reporter must not sleep for hours.
 MAX_RETRY_AFTER_S = 60.0
@@ -113,14 +111,10 @@ def post_summary(
     # httpx logs every request's full URL at INFO: the secret would land in the log.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger("httpx").level))
     own = client is None
-    backend: outbound.DeadlineBackend | None = None
-    if client is None:
-        client, backend = outbound.client(TIMEOUT_S, follow_redirects=False)
-    http = client
+    http = client if client is not None else httpx.Client(timeout=TIMEOUT_S, follow_redirects=False)
     try:
         for attempt in range(1, attempts + 1):
-            with backend.deadline(TIMEOUT_S) if backend is not None else _no_deadline():
-                failure, retry_after = _attempt(http, url, body)
+            failure, retry_after = _attempt(http, url, body)
             if failure is None:
                 log.info("report summary delivered host=%s attempt=%d", host, attempt)
                 return
@@ -138,19 +132,12 @@ def post_summary(
             http.close()
 
 
-@contextlib.contextmanager
-def _no_deadline() -> Iterator[None]:
-    yield
-
-
 def _attempt(http: httpx.Client, url: str, body: dict[str, Any]) -> tuple[str | None, float | None]:
     """One POST: (None, None) on success, else (why, seconds to wait at least) — None when not retryable."""
     try:
         answer = http.post(url, json=body)
     except httpx.TimeoutException:
         return "timed out", 0.0
-    except outbound.Cancelled:
-        return "cancelled: the process is stopping", None
     except httpx.TransportError as e:  # refused, reset, DNS: the message may hold the URL, so only the kind
         return f"connection failed ({type(e).__name__})", 0.0
     if answer.is_success:
@@ -239,7 +226,7 @@ def deliver(
 
     Raises :class:`DeliveryError` at the first week that fails: it and the later ones stay recorded.
     """
-    entries = [e for e in read_pending(out_dir) if e["period"] != list(period)]
+    entries = [e for e in read_pending(out_dir) if not _same_week(e["period"], period)]
     entries.append({"text": text, "link": link, "period": list(period)})
     entries.sort(key=lambda e: e["period"][1])
     _write_pending(out_dir, entries)
@@ -252,6 +239,13 @@ def deliver(
         _write_pending(out_dir, entries)
         sent += 1
     return sent
+
+
+def _same_week(waiting: list[float], period: tuple[float, float]) -> bool:
+    """A waiting entry that this period replaces: one ending in its second half (the same week run again, by
+    the Job's retry minutes later or by hand), not the week before, which ends where this one starts."""
+    start, end = period
+    return start + (end - start) / 2 < waiting[1] <= end
 
 
 def dry_run_text(webhook_url_file: Path | None, text: str, *, period: tuple[float, float], link: str, fmt: str) -> str:

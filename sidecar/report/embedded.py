@@ -21,7 +21,7 @@ from collections.abc import Callable, MutableSequence
 from pathlib import Path
 
 from ..history import HistoryStore, Point
-from .data import ModelKey, Period, PodSeries, Week
+from .data import PREVIOUS_FIELDS, ModelKey, Period, PodSeries, Week
 from .selector import Matcher, matches
 
 #: (series name, PodSeries list field, what a minute contributes)
@@ -50,13 +50,16 @@ class HistorySource:
         try:
             week = self._read(store, period, matchers)
             if compare_previous:
-                previous = self._read(store, period.previous(), matchers)
+                previous = self._read(store, period.previous(), matchers, PREVIOUS_FIELDS)
                 week.previous = previous if previous.pods else None
         finally:
             store.close()
         return week
 
-    def _read(self, store: HistoryStore, period: Period, matchers: tuple[Matcher, ...]) -> Week:
+    def _read(
+        self, store: HistoryStore, period: Period, matchers: tuple[Matcher, ...], only: tuple[str, ...] = ()
+    ) -> Week:
+        """The period's pods; with ``only``, just those series of them (the period before: PREVIOUS_FIELDS)."""
         pods: dict[_PodKey, PodSeries] = {}
 
         def pod_of(labels: dict[str, str]) -> PodSeries | None:
@@ -72,16 +75,19 @@ class HistorySource:
             pods[key] = PodSeries.empty(period, ModelKey("", key[1]), key[0], key[2], dict(labels))
 
         for name, attr, value in _STEP_FIELDS:
+            if only and attr not in only:
+                continue
             for sid, labels in store.series(name):
                 pod = pod_of(labels)
                 if pod is not None:
                     _fill(getattr(pod, attr), period, store.points(sid, period.start, period.end), value)
-        for sid, labels in store.series("kvcache_requests_waiting"):
-            pod = pod_of(labels)
-            if pod is not None and labels.get("reason") in ("capacity", "all"):
-                _fill(pod.waiting_max, period, store.points(sid, period.start, period.end), lambda p: p.max, max)
-        for pod in pods.values():
-            _read_pod_facts(store, period, pod)
+        if not only:
+            for sid, labels in store.series("kvcache_requests_waiting"):
+                pod = pod_of(labels)
+                if pod is not None and labels.get("reason") in ("capacity", "all"):
+                    _fill(pod.waiting_max, period, store.points(sid, period.start, period.end), lambda p: p.max, max)
+            for pod in pods.values():
+                _read_pod_facts(store, period, pod)
         ordered = sorted(pods.values(), key=lambda p: (p.model, p.pod, p.engine))
         return Week(period=period, pods=ordered, pages=[], source=f"history {self.path}", pages_known=False)
 

@@ -712,15 +712,16 @@ def _by_model(pods: Iterable[PodSeries]) -> dict[ModelKey, list[PodSeries]]:
 
 
 def _previous_peaks(week: Week) -> dict[ModelKey, float | None]:
-    """Each model's peak demand in the period before (the same model-level sum as this period's)."""
+    """Each model's peak demand in the period before (the same model-level sum as this period's
+    :func:`_model_steps` and :func:`_capacity`): it reads only ``demand_max``, the sources' PREVIOUS_FIELDS."""
     previous = week.previous
     if previous is None:
         return {}
-    n = previous.period.steps
-    return {
-        model: _capacity(_model_steps([_pod_steps(p) for p in pods], n)).peak_demand_tokens
-        for model, pods in _by_model(previous.pods).items()
-    }
+    peaks: dict[ModelKey, float | None] = {}
+    for model, pods in _by_model(previous.pods).items():
+        demands = _finite(_combine((p.demand_max for p in pods), "sum"))
+        peaks[model] = max(demands) if demands else None
+    return peaks
 
 
 def needs_action(advice: Advice, usage: Usage, pressure: Pressure, growth: Growth) -> bool:

@@ -61,6 +61,8 @@ How the queries are cut, so that a thousand pods do not hurt Prometheus:
 - **Pages**: ``max_over_time(ALERTS{alertname=~"KVCacheAlmostFull|KVCacheFullSoon",
   alertstate="firing"}[60s])`` per step; consecutive firing steps are one page, from the start of
   the first to the end of the last (the rules are evaluated at least every minute).
+- **The period before** (``--compare-previous``): the same discovery, then only the per-step series of
+  ``PREVIOUS_FIELDS`` (the demand: the week-over-week growth is its peak), about a tenth of a week's memory.
 
 Failures: each is a :class:`ReportSourceError` with one line. Each request has ``timeout_s`` in all,
 connect, TLS, request and whole answer included, however slowly the server sends
@@ -94,7 +96,7 @@ import httpx
 from .. import outbound
 from ..artifacts.params import Thresholds
 from ..files import TOKEN_MAX_BYTES, FileProblem, read_text
-from .data import MAX_POINTS_PER_SERIES, PAGED_ALERTS, ModelKey, Page, Period, PodSeries, Week
+from .data import MAX_POINTS_PER_SERIES, PAGED_ALERTS, PREVIOUS_FIELDS, ModelKey, Page, Period, PodSeries, Week
 from .data import steps as nan_steps
 from .selector import Matcher, SelectorError, parse_selector, promql
 
@@ -425,7 +427,7 @@ class PrometheusSource:
             reader = _Reader(self, pool, promql(matchers), matchers, th)
             week = reader.week(period)
             if compare_previous:
-                previous = reader.week(period.previous())
+                previous = reader.previous_week(period.previous())
                 week.previous = previous if previous.pods else None
         return week
 
@@ -493,12 +495,12 @@ class _Reader:
                 raise f.exception()  # type: ignore[misc]
         return [f.result() for f in futures]
 
-    def week(self, period: Period) -> Week:
-        at = period.end - EDGE_S
+    def _discover(self, period: Period) -> tuple[list[_Pod], dict[Any, PodSeries]]:
+        """The pods with usage in the period, each with its series all NaN (one shared array, :func:`_lazy`)."""
         found = self.src._instant(
             f"count by ({', '.join(ID_LABELS)}) "
             f"(last_over_time({self.metric('kvcache_usage_ratio')}[{_duration(period.seconds)}]))",
-            at,
+            period.end - EDGE_S,
         )
         pods = _pods(found)
         if len(pods) > self.src.max_pods:
@@ -509,7 +511,25 @@ class _Reader:
                 2,
             )
         empty = nan_steps(period)  # shared by every series until its first value arrives (_owned)
-        series = {p.key: _lazy(period, p, empty) for p in pods}
+        return pods, {p.key: _lazy(period, p, empty) for p in pods}
+
+    def previous_week(self, period: Period) -> Week:
+        """The period before: its pods and only the series the figures read of it (PREVIOUS_FIELDS)."""
+        pods, series = self._discover(period)
+        window = "[60s]"
+        jobs = [
+            _job(self._fill_steps, f"{fn}({self.metric(metric, b.matchers)}{window})", b, period, series, attr, cs, ce)
+            for b in _batches(pods, self.src.pods_per_query)
+            for attr, metric, fn in _STEP_GAUGES
+            if attr in PREVIOUS_FIELDS
+            for cs, ce in self._chunks(period)
+        ]
+        self.run(jobs)
+        ordered = sorted(series.values(), key=lambda p: (p.model, p.pod, p.engine))
+        return Week(period=period, pods=ordered, pages=[], source=f"Prometheus {self.src.shown}")
+
+    def week(self, period: Period) -> Week:
+        pods, series = self._discover(period)
         batches = _batches(pods, self.src.pods_per_query)
         jobs: list[Callable[[], None]] = []
         after: list[Callable[[], None]] = []  # what combines the answers, once all are in
@@ -850,8 +870,9 @@ def _step_of(t: float, period: Period) -> int:
     return int(round((t + EDGE_S - period.start) / period.step_s)) - 1
 
 
-#: What a pod's series cost: ten arrays of 8 bytes a step over a week (the message of --max-pods).
-_POD_MB = round(10 * 10_080 * 8 / 1e6, 1)
+#: What a pod costs the report, measured (bench/report_memory.py: about 1 MB a pod with
+#: --compare-previous, arrays, allocator and plots included; the message of --max-pods).
+_POD_MB = 1.0
 #: PodSeries fields holding per-step series (shared NaN until written).
 _SERIES_FIELDS = (
     "usage_max",

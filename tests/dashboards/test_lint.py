@@ -33,6 +33,7 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 from sidecar.artifacts.dashboards import (
     ANNOTATION_FALLBACK_KEYS,
     ROW_TITLES,
+    VAR_CLUSTER,
     DashboardParams,
     build_dashboards,
 )
@@ -176,16 +177,21 @@ def datasource_everywhere(d: dict) -> list[str]:
     return out
 
 
-#: namespace -> model_name -> pod, each a label_values on kvcache_usage_ratio filtered by the ones before.
+#: cluster -> namespace -> model_name -> pod, each a label_values on kvcache_usage_ratio filtered by the ones before.
 CHAIN = (
-    (VAR_NAMESPACE, "label_values(kvcache_usage_ratio, namespace)"),
-    (VAR_MODEL_NAME, 'label_values(kvcache_usage_ratio{namespace=~"$namespace"}, model_name)'),
-    (VAR_POD, 'label_values(kvcache_usage_ratio{namespace=~"$namespace", model_name=~"$model_name"}, pod)'),
+    (VAR_CLUSTER, "label_values(kvcache_usage_ratio, cluster)"),
+    (VAR_NAMESPACE, 'label_values(kvcache_usage_ratio{cluster=~"$cluster"}, namespace)'),
+    (VAR_MODEL_NAME, 'label_values(kvcache_usage_ratio{cluster=~"$cluster", namespace=~"$namespace"}, model_name)'),
+    (
+        VAR_POD,
+        'label_values(kvcache_usage_ratio{cluster=~"$cluster", namespace=~"$namespace", model_name=~"$model_name"}, '
+        "pod)",
+    ),
 )
 
 
 def chained_variables(d: dict) -> list[str]:
-    """datasource, namespace, model_name, pod: multi, All = ``.*``, refreshed on time range change."""
+    """datasource, cluster, namespace, model_name, pod: multi, All = ``.*``, refreshed on time range change."""
     variables = d["templating"]["list"]
     out = []
     if [v["name"] for v in variables] != [VAR_DATASOURCE] + [name for name, _ in CHAIN]:
@@ -196,6 +202,20 @@ def chained_variables(d: dict) -> list[str]:
         got = (v.get("type"), v.get("query"), v.get("multi"), v.get("includeAll"), v.get("allValue"), v.get("refresh"))
         if got != ("query", query, True, True, ".*", 2):
             out.append(f"variable {name}: {got}")
+    return out
+
+
+CLUSTER_MATCHER = f'cluster=~"${VAR_CLUSTER}"'
+
+
+def cluster_everywhere(d: dict) -> list[str]:
+    """Every series selector of every panel and annotation query filters by ``cluster=~"$cluster"``."""
+    out = []
+    for where, expr in _exprs(d, "panel") + _exprs(d, "annotation"):
+        for name in sorted(metric_names(expr)):
+            for m in re.finditer(rf"(?<![\w:\"]){re.escape(name)}(?![\w:])(\s*\{{[^}}]*\}})?", expr):
+                if CLUSTER_MATCHER not in (m.group(1) or ""):
+                    out.append(f"{where}: {name} without {CLUSTER_MATCHER}")
     return out
 
 
@@ -416,6 +436,7 @@ RULES: dict[str, Callable[[dict], list[str]]] = {
         datasource_variable,
         datasource_everywhere,
         chained_variables,
+        cluster_everywhere,
         titles_descriptions_units,
         rate_interval,
         fixed_windows,
@@ -460,6 +481,8 @@ BREAKAGES: list[tuple[str, Callable[[dict], None]]] = [
     ("datasource_everywhere", lambda d: d["annotations"]["list"][0].update(datasource={"uid": "grafana"})),
     ("chained_variables", lambda d: d["templating"]["list"][3].update(query="label_values(kvcache_usage_ratio, pod)")),
     ("chained_variables", lambda d: d["templating"]["list"][1].update(allValue=None)),
+    ("cluster_everywhere", _set_expr('kvcache_usage_ratio{namespace=~"$namespace"}')),
+    ("cluster_everywhere", _set_expr("sum(kvcache_usage_ratio)")),
     ("titles_descriptions_units", lambda d: _first_panel(d).update(description="")),
     ("titles_descriptions_units", lambda d: _first_panel(d)["fieldConfig"]["defaults"].pop("unit")),
     ("rate_interval", _set_expr("sum(rate(kvcache_preemptions_total[5m]))")),
@@ -562,8 +585,14 @@ def test_label_names_are_configurable_and_the_variables_keep_their_names():
         text = "\n".join(q.expr for q in queries(d))
         assert 'kubernetes_namespace=~"$namespace"' in text and 'kubernetes_pod_name=~"$pod"' in text
         assert not re.search(r'(?<![\w])(namespace|pod)=~"', text), d["uid"]
-        assert [v["name"] for v in d["templating"]["list"]] == [VAR_DATASOURCE, VAR_NAMESPACE, VAR_MODEL_NAME, VAR_POD]
-        assert d["templating"]["list"][3]["query"].endswith(", kubernetes_pod_name)")
+        assert [v["name"] for v in d["templating"]["list"]] == [
+            VAR_DATASOURCE,
+            VAR_CLUSTER,
+            VAR_NAMESPACE,
+            VAR_MODEL_NAME,
+            VAR_POD,
+        ]
+        assert d["templating"]["list"][4]["query"].endswith(", kubernetes_pod_name)")
 
 
 def test_the_pod_table_drills_down_with_the_rows_labels():
@@ -571,8 +600,10 @@ def test_the_pod_table_drills_down_with_the_rows_labels():
     (link,) = panel["fieldConfig"]["defaults"]["links"]
     url = urlsplit(link["url"])
     assert url.path == f"/d/{DASHBOARD_POD_UID}"
-    query = dict(parse_qsl(url.query.replace("${datasource:queryparam}", "ds=1").replace("${__url_time_range}", "t=1")))
+    given = {"${cluster:queryparam}": "c=1", "${datasource:queryparam}": "ds=1", "${__url_time_range}": "t=1"}
+    query = dict(parse_qsl(re.sub(r"\$\{[^}]*queryparam\}|\$\{__url_time_range\}", lambda m: given[m[0]], url.query)))
     assert query == {
+        "c": "1",
         "var-namespace": "${__data.fields.namespace}",
         "var-model_name": "${__data.fields.model_name}",
         "var-pod": "${__data.fields.pod}",

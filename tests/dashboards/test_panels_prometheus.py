@@ -53,6 +53,7 @@ import pytest
 from PIL import Image
 from stack import CURRENT, GENERATIONS, MODEL_A, MODEL_B, REPO, Stack
 
+from sidecar.artifacts.dashboards import VAR_CLUSTER
 from sidecar.artifacts.panels import (
     ALL,
     PrometheusError,
@@ -82,10 +83,13 @@ UIDS = sorted(
 )
 
 #: Variable values per substitution mode (the datasource variable is not part of any expression).
+#: The stack has no cluster label (one Prometheus, no external labels): the cluster variable is "All"
+#: in every mode, as Grafana leaves it when label_values finds no value.
 MODES: dict[str, dict[str, str | list[str]]] = {
-    "all": {VAR_NAMESPACE: ALL, VAR_MODEL_NAME: ALL, VAR_POD: ALL},
-    "one": {VAR_NAMESPACE: "team-a", VAR_MODEL_NAME: MODEL_A, VAR_POD: "vllm-a-0"},
+    "all": {VAR_CLUSTER: ALL, VAR_NAMESPACE: ALL, VAR_MODEL_NAME: ALL, VAR_POD: ALL},
+    "one": {VAR_CLUSTER: ALL, VAR_NAMESPACE: "team-a", VAR_MODEL_NAME: MODEL_A, VAR_POD: "vllm-a-0"},
     "regex": {
+        VAR_CLUSTER: ALL,
         VAR_NAMESPACE: ["team-a", "team-b"],
         VAR_MODEL_NAME: [MODEL_A, MODEL_B],
         VAR_POD: ["vllm-a-0", "vllm-a-1"],
@@ -369,7 +373,7 @@ def _pod_values(stack: Stack) -> list[dict[str, str]]:
     return [{VAR_NAMESPACE: p.namespace, VAR_MODEL_NAME: p.model_name, VAR_POD: p.name} for p in stack.pods]
 
 
-def _selects(value: str | Sequence[str], actual: str) -> bool:
+def _selects(value: str | Sequence[str], actual: str | None) -> bool:
     chosen = [value] if isinstance(value, str) else list(value)
     return ALL in chosen or actual in chosen
 
@@ -377,8 +381,8 @@ def _selects(value: str | Sequence[str], actual: str) -> bool:
 def expected_values(stack: Stack, match: str | None, label: str, mode: Mapping[str, str | Sequence[str]]) -> set[str]:
     """The stack's values of ``label`` on the pods selected by the variables ``match`` refers to."""
     used = [name for name in mode if match and re.search(rf"\$\{{?{name}\b", match)]
-    pods = [pod for pod in _pod_values(stack) if all(_selects(mode[name], pod[name]) for name in used)]
-    return {pod[label] for pod in pods}
+    pods = [pod for pod in _pod_values(stack) if all(_selects(mode[name], pod.get(name)) for name in used)]
+    return {pod[label] for pod in pods if label in pod}  # no pod has a cluster label: no cluster value
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -403,6 +407,18 @@ def test_variable_queries_return_the_stacks_values(stack: Stack, uid: str, mode:
                 f"{q.where()} [{mode}]: {sorted(got)}, expected {sorted(want)}\n      label_values({selector}, {label})"
             )
     assert not failures, f"variable queries of {uid} on the {stack.generation} stack:\n" + "\n".join(failures)
+
+
+@pytest.mark.parametrize("stack", [CURRENT], indirect=True)
+def test_all_clusters_matches_series_without_a_cluster_label(stack: Stack) -> None:
+    """The cluster variable's "All" (``.*``) selects the series of a Prometheus that has no cluster label:
+    a matcher that matches the empty string also selects series without the label (Prometheus docs,
+    "Querying basics", time series selectors), while a value (``.+``) selects none of them."""
+    plain = stack.api.query("kvcache_usage_ratio")
+    assert plain and not any(VAR_CLUSTER in s["metric"] for s in plain), "the stack has a cluster label"
+    every = stack.api.query(f'kvcache_usage_ratio{{{VAR_CLUSTER}=~".*"}}')
+    assert sorted(map(str, (s["metric"] for s in every))) == sorted(map(str, (s["metric"] for s in plain)))
+    assert stack.api.query(f'kvcache_usage_ratio{{{VAR_CLUSTER}=~".+"}}') == []
 
 
 #: The values each picture is drawn with: the fleet and capacity views of everything, the pod view

@@ -2,11 +2,14 @@
 count that matches what paged, and a row that says whether users hurt.
 
 Grafana's unit ids are those of its unit picker (``packages/grafana-data/src/valueFormats/categories.ts`` in
-grafana/grafana): a unit Grafana does not know is drawn as a bare number with the id as suffix.
+grafana/grafana): a unit Grafana does not know is drawn as a bare number with the id as suffix. Its custom
+units (``suffix:<text>``, ``prefix:<text>``: ``valueFormats.ts``, ``getValueFormat``) name what Grafana's
+list has no unit for (tokens/s).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sidecar.artifacts.dashboards import USERS_ROW_TITLE, build_dashboards
@@ -36,13 +39,56 @@ def _units(panel: dict[str, Any]) -> list[str]:
     return units
 
 
+#: Grafana's explicit custom units: a text after or before the number.
+CUSTOM_UNIT = re.compile(r"(suffix|prefix):.*\S.*")
+
+
 def test_every_unit_is_from_grafanas_list() -> None:
     for uid, d in build_dashboards().items():
         for panel in _panels(d):
             if panel.get("type") == "row":
                 continue
             for unit in _units(panel):
-                assert unit in GRAFANA_UNITS, f"{uid} {panel['title']!r}: unit {unit!r} is not Grafana's"
+                known = unit in GRAFANA_UNITS or CUSTOM_UNIT.fullmatch(unit)
+                assert known, f"{uid} {panel['title']!r}: unit {unit!r} is neither Grafana's nor suffix:/prefix:"
+
+
+def test_the_unit_check_refuses_what_grafana_does_not_know() -> None:
+    for unit in ("tokens/s", "req/s", "suffix:", "suffix: ", "percentage"):
+        assert unit not in GRAFANA_UNITS and not CUSTOM_UNIT.fullmatch(unit), unit
+
+
+def test_a_bare_count_on_a_graph_says_what_it_counts() -> None:
+    """ "short"/"none" is a bare number: the graph's axis label names it (tokens, requests, preemptions/s)."""
+    for uid, d in build_dashboards().items():
+        for panel in _panels(d):
+            defaults = panel.get("fieldConfig", {}).get("defaults", {})
+            if panel.get("type") == "timeseries" and defaults.get("unit") in ("short", "none"):
+                assert defaults.get("custom", {}).get("axisLabel"), f"{uid} {panel['title']!r}"
+
+
+def test_the_fill_rate_is_in_tokens_per_second() -> None:
+    (panel,) = [p for d in build_dashboards().values() for p in _panels(d) if p.get("title") == "Fill rate"]
+    assert panel["fieldConfig"]["defaults"]["unit"] == "suffix: tokens/s"
+
+
+def test_ratios_read_as_percent_everywhere() -> None:
+    """Every ratio is 0-1 and shown as percentunit; no 0-100 "percent"; the server table's
+    gpu_memory_utilization label is converted to a number so that it reads "90%", not "0.9"."""
+    built = build_dashboards()
+    for uid, d in built.items():
+        for panel in _panels(d):
+            assert "percent" not in _units(panel), f"{uid} {panel['title']!r}"
+    (server,) = [p for d in built.values() for p in _panels(d) if p.get("title") == "Server"]
+    (convert,) = [t["options"] for t in server["transformations"] if t["id"] == "convertFieldType"]
+    assert {"targetField": "gpu_memory_utilization", "destinationType": "number"} in convert["conversions"]
+    units = {
+        o["matcher"]["options"]: p["value"]
+        for o in server["fieldConfig"]["overrides"]
+        for p in o["properties"]
+        if p["id"] == "unit"
+    }
+    assert units["GPU memory util."] == "percentunit"
 
 
 def test_preemptions_are_not_requests_per_second() -> None:
@@ -98,3 +144,99 @@ def test_fleet_has_a_row_on_what_users_feel() -> None:
         "vllm:request_success_total",
     ):
         assert series in exprs, series
+
+
+def test_demand_is_charted_as_a_share_of_capacity() -> None:
+    """A demand of 6 M tokens squashes a 260 K capacity onto the x axis of a shared token axis: every graph
+    of the demand charts it divided by the capacity, in percent, and capacity in tokens is a panel of its own."""
+    seen = 0
+    for uid, d in build_dashboards().items():
+        for panel in _panels(d):
+            exprs = [t.get("expr", "") for t in panel.get("targets", [])]
+            if panel.get("type") != "timeseries" or not any("demand_tokens" in e for e in exprs):
+                continue
+            seen += 1
+            assert panel["fieldConfig"]["defaults"]["unit"] == "percentunit", (uid, panel["title"])
+            for expr in exprs:
+                assert re.search(r"demand_tokens.*\n/\n.*(usable_tokens|free_tokens)", expr, re.S), (uid, expr)
+    assert seen == 2  # Fleet and Capacity planning
+
+
+def test_the_alert_table_leaves_out_what_alertmanager_inhibits() -> None:
+    """The Fleet's "Firing alerts" table applies alerts/alertmanager.yaml's inhibit rule: the same source
+    and target alerts and severities, and the same ``equal`` labels."""
+    import yaml
+    from fixtures import REPO
+
+    from sidecar.artifacts.dashboards import INHIBIT_EQUAL_OTHER, INHIBIT_SOURCES, INHIBIT_TARGETS
+
+    (rule,) = yaml.safe_load((REPO / "alerts" / "alertmanager.yaml").read_text(encoding="utf-8"))["inhibit_rules"]
+    assert rule["source_matchers"] == [f'alertname=~"{"|".join(INHIBIT_SOURCES)}"', 'severity="critical"']
+    assert rule["target_matchers"] == [f'alertname=~"{"|".join(INHIBIT_TARGETS)}"', 'severity="warning"']
+    assert rule["equal"] == ["namespace", "pod", *INHIBIT_EQUAL_OTHER]
+    d = build_dashboards()[DASHBOARD_OVERVIEW_UID]
+    (table,) = [p for p in _panels(d) if p.get("title") == "Firing alerts"]
+    (expr,) = [t["expr"] for t in table["targets"]]
+    assert f"and on ({', '.join(rule['equal'])})" in expr and "\nunless\n" in expr
+
+
+def test_the_alert_table_query_on_prometheus_drops_exactly_the_inhibited_warnings(tmp_path) -> None:
+    """The "Firing alerts" query evaluated by Prometheus' engine (``promtool test rules``, a
+    ``promql_expr_test``) on ALERTS series: on pod a, a page mutes its KVCacheAlmostFull and
+    KVCachePreemptions warnings but not a KVCacheCapacityMismatch warning; on pod b (no page) the
+    warning stays."""
+    import subprocess
+
+    import yaml
+    from alerttools import require_tool
+
+    from sidecar.artifacts.panels import interpolate
+
+    d = build_dashboards()[DASHBOARD_OVERVIEW_UID]
+    (table,) = [p for p in _panels(d) if p.get("title") == "Firing alerts"]
+    expr = interpolate(table["targets"][0]["expr"], {"cluster": "$__all", "namespace": "$__all"}, dashboard=d)
+
+    def alert(name: str, severity: str, pod: str) -> dict[str, str]:
+        return {
+            "__name__": "ALERTS",
+            "alertname": name,
+            "alertstate": "firing",
+            "severity": severity,
+            "namespace": "ns",
+            "pod": pod,
+            "instance": f"{pod}:8080",
+        }
+
+    firing = [
+        alert("KVCacheAlmostFull", "critical", "a"),
+        alert("KVCacheAlmostFull", "warning", "a"),
+        alert("KVCachePreemptions", "warning", "a"),
+        alert("KVCacheCapacityMismatch", "warning", "a"),
+        alert("KVCacheAlmostFull", "warning", "b"),
+    ]
+
+    def selector(labels: dict[str, str]) -> str:
+        return labels["__name__"] + "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items() if k != "__name__") + "}"
+
+    delivered = [firing[0], firing[3], firing[4]]
+    tests = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": selector(a), "values": "1x5"} for a in firing],
+                "promql_expr_test": [
+                    {
+                        "expr": expr,
+                        "eval_time": "2m",
+                        "exp_samples": [{"labels": selector(a), "value": 1} for a in delivered],
+                    }
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "firing_alerts_test.yaml"
+    path.write_text(yaml.safe_dump(tests), encoding="utf-8")
+    done = subprocess.run([require_tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -277,3 +277,82 @@ def test_time_until_full_reads_in_three_states_on_a_log_axis(tmp_path):
     height = {name: to_axes.transform(ax.transData.transform((0, v)))[1] for name, v in states.items()}
     assert height["full soon"] < 0.4 < height["hours away"] < 0.9 < height["not filling"] + 1e-9
     canvas.save(tmp_path / "until.png")
+
+
+def _panel(uid: str, title: str) -> dict:
+    from sidecar.artifacts.dashboards import build_dashboards
+
+    panels = build_dashboards()[uid]["panels"]
+    (panel,) = [p for row in panels for p in [row, *row.get("panels", [])] if p.get("title") == title]
+    return panel
+
+
+def test_ttft_and_itl_are_drawn_on_axes_of_their_own(tmp_path):
+    """The Pod's latency panel puts the inter-token latency on a right-hand axis (Grafana's axisPlacement
+    override); drawn on the time to first token's axis, a 10 ms ITL under a 1.5 s TTFT is a flat line at
+    the bottom (under 1% of the height). On its own axis it spans most of the height."""
+    from sidecar.artifacts.params import DASHBOARD_POD_UID
+    from sidecar.artifacts.snapshot import Box, Canvas, PanelData, Series, TimeRange, draw_timeseries
+
+    panel = _panel(DASHBOARD_POD_UID, "Latency p95 (vLLM)")
+    times = [0.0, 60.0, 120.0]
+    ttft = Series("time to first token p95", {}, "A", times, [0.5, 1.0, 1.5])
+    itl = Series("inter-token latency p95", {}, "B", times, [0.008, 0.010, 0.012])
+    canvas = Canvas(600, 300)
+    draw_timeseries(canvas, Box(0, 0, 600, 300), panel, PanelData([ttft, itl]), TimeRange.of(0, 120, 60), [])
+    (left, right) = canvas.fig.axes
+    assert [line.get_label() for line in left.get_lines()] != [] and len(right.get_lines()) == 1
+    assert list(right.get_lines()[0].get_ydata()) == itl.values
+    assert left.get_ylim()[1] >= 1.5 and right.get_ylim()[1] < 0.1
+
+    def share(ax, v: float) -> float:
+        return float(ax.transAxes.inverted().transform(ax.transData.transform((0, v)))[1])
+
+    assert share(right, 0.012) - share(right, 0.008) > 0.25  # ITL's changes read
+    assert share(left, 1.5) > 0.8
+    legend = [t.get_text() for t in canvas.fig.legends[0].get_texts()]
+    assert legend == ["time to first token p95", "inter-token latency p95"]
+    canvas.save(tmp_path / "latency.png")
+
+
+def test_the_server_tables_utilization_reads_as_percent():
+    """vLLM's gpu_memory_utilization is a label ("0.9"); the table converts it to a number so that its
+    column reads in percent like every chart, and kv_cache_memory_bytes in bytes (empty when unset)."""
+    from sidecar.artifacts.params import DASHBOARD_POD_UID
+    from sidecar.artifacts.snapshot import PanelData, Series, table_rows
+
+    panel = _panel(DASHBOARD_POD_UID, "Server")
+    labels = {
+        "pod": "vllm-a-0",
+        "model_name": "m",
+        "engine": "0",
+        "gpu_memory_utilization": "0.9",
+        "kv_cache_memory_bytes": "",
+        "block_size": "16",
+    }
+    headers, rows = table_rows(panel, PanelData([Series("", labels, "A", [0.0], [1.0])]))
+    row = dict(zip(headers, rows[0], strict=True))
+    assert row["GPU memory util."] == "90%" and row["KV cache memory"] == ""
+    labels["kv_cache_memory_bytes"] = str(8 * 2**30)
+    headers, rows = table_rows(panel, PanelData([Series("", labels, "A", [0.0], [1.0])]))
+    assert dict(zip(headers, rows[0], strict=True))["KV cache memory"] == "8 GiB"
+
+
+def test_the_recommendation_reads_as_text_in_the_picture():
+    """The action and reason are labels; the table's value mappings turn them into the human text in the
+    picture as in Grafana, not ``add_replicas`` / ``shortfall_at_upper_bound``."""
+    from sidecar.artifacts.params import DASHBOARD_POD_UID
+    from sidecar.artifacts.snapshot import PanelData, Series, table_rows
+    from sidecar.forecast.recommendation import ACTION_TEXT, REASON_TEXT
+
+    panel = _panel(DASHBOARD_POD_UID, "Recommendation")
+    labels = {
+        "pod": "p",
+        "model_name": "m",
+        "engine": "0",
+        "action": "add_replicas",
+        "reason": "shortfall_at_upper_bound",
+    }
+    headers, rows = table_rows(panel, PanelData([Series("", labels, "A", [0.0], [1.0])]))
+    row = dict(zip(headers, rows[0], strict=True))
+    assert (row["Action"], row["Reason"]) == (ACTION_TEXT["add_replicas"], REASON_TEXT["shortfall_at_upper_bound"])

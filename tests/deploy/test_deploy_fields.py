@@ -376,11 +376,12 @@ def test_the_report_cronjob(rendered, path, tmp_path):
     args = build_parser().parse_args(_expand(report["args"], env))
     assert args.command == "report" and args.prometheus_url.startswith("http://")
     assert args.selector == f'{{namespace="{env["POD_NAMESPACE"]}"}}'
-    # Writable: the report's folder and /tmp (matplotlib), each an emptyDir; the root stays read-only.
-    writable = {m["mountPath"] for m in report["volumeMounts"] if not m.get("readOnly")}
-    assert writable == {str(args.out), "/tmp"}
+    # Writable: the report's folder (its volume claim, tests/deploy/test_deploy_report.py) and /tmp (matplotlib,
+    # an emptyDir); the root stays read-only.
+    writable = {m["mountPath"]: m["name"] for m in report["volumeMounts"] if not m.get("readOnly")}
+    assert set(writable) == {str(args.out), "/tmp"}
     volumes = {v["name"]: v for v in spec["volumes"]}
-    assert all("emptyDir" in volumes[m["name"]] for m in report["volumeMounts"] if not m.get("readOnly"))
+    assert "persistentVolumeClaim" in volumes[writable[str(args.out)]] and "emptyDir" in volumes[writable["/tmp"]]
     # Its configuration is in the mounted ConfigMap, valid, with the thresholds of the sidecars it reports on.
     config_mount = next(m for m in report["volumeMounts"] if str(args.config_file).startswith(m["mountPath"] + "/"))
     assert volumes[config_mount["name"]]["configMap"]["name"] == cm["metadata"]["name"]

@@ -35,6 +35,7 @@ EXPECTED_KINDS = {
     "base": {
         "ConfigMap": 4,  # the report's and one per dashboard
         "CronJob": 1,
+        "PersistentVolumeClaim": 1,  # the report's files, kept for --keep-weeks
         "PodMonitor": 1,
         "PrometheusRule": 1,
     },

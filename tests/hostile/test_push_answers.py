@@ -9,12 +9,13 @@ drip is measured by bench/hostile_report.py; here only that the command ends.
 from __future__ import annotations
 
 import socket
-import threading
 from pathlib import Path
 
 import pytest
 
 from sidecar.cli import main
+
+from rawserver import RawServer, drip  # isort: skip
 
 pytest.importorskip("grafana_client")
 
@@ -24,49 +25,12 @@ TOKEN = "glsa_hostile_push_test_token"
 PREFIX = "kv-sidecar dashboards push: "
 
 
-class Raw:
-    """Accepts connections and answers each with ``answer(conn, request_bytes)``; records the requests."""
-
-    def __init__(self, answer):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.answer = answer
-        self.requests: list[bytes] = []
-        self.stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        try:
-            data = conn.recv(65536)
-            self.requests.append(data)
-            self.answer(self, conn, data)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
-
-
 @pytest.fixture
 def servers():
-    made: list[Raw] = []
+    made: list[RawServer] = []
 
-    def make(answer) -> Raw:
-        made.append(Raw(answer))
+    def make(answer) -> RawServer:
+        made.append(RawServer(answer))
         return made[-1]
 
     yield make
@@ -84,20 +48,14 @@ def run(capsys, monkeypatch, url: str, *args: str) -> tuple[int, str, str]:
 
 
 def test_a_dripping_answer_is_cut_at_the_timeout(servers, capsys, monkeypatch):
-    def drip(server: Raw, conn: socket.socket, _: bytes) -> None:
-        for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 10000\r\n\r\n" + b" " * 9999:
-            if server.stop.wait(0.05):
-                return
-            conn.sendall(bytes([byte]))
-
-    s = servers(drip)
+    s = servers(drip(0.05, 10_000))
     code, out, err = run(capsys, monkeypatch, s.url, "--timeout", "1")
     assert code == 1 and out == ""
     assert err.strip() == f"{PREFIX}GET /api/folders/kvcache: Grafana at {s.url} did not answer within 1s (--timeout)"
 
 
 def test_a_huge_answer_is_refused_while_read(servers, capsys, monkeypatch):
-    def huge(server: Raw, conn: socket.socket, _: bytes) -> None:
+    def huge(server: RawServer, conn: socket.socket, _: bytes) -> None:
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
         chunk = b"%x\r\n%s\r\n" % (1 << 20, b" " * (1 << 20))
         for _ in range(64):  # 64 MiB, no length announced
@@ -112,7 +70,7 @@ def test_a_huge_answer_is_refused_while_read(servers, capsys, monkeypatch):
 def test_a_redirect_to_another_origin_is_not_followed(servers, capsys, monkeypatch):
     elsewhere = servers(lambda server, conn, _: conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"))
 
-    def redirect(server: Raw, conn: socket.socket, request: bytes) -> None:
+    def redirect(server: RawServer, conn: socket.socket, request: bytes) -> None:
         path = request.split(b" ")[1].decode()
         conn.sendall(
             f"HTTP/1.1 307 Temporary Redirect\r\nLocation: {elsewhere.url}{path}\r\nContent-Length: 0\r\n\r\n".encode()

@@ -72,15 +72,17 @@ def test_minutes_become_steps(tmp_path):
     assert pod.usage_quantiles is None  # figures computes them from the minutes
 
 
-def test_a_period_cuts_the_steps_and_the_previous_one_is_read_the_same_way(tmp_path):
+def test_a_period_cuts_the_steps_and_of_the_previous_one_only_the_demand_is_read(tmp_path):
+    """The figures read the period before for its peak demand alone (PREVIOUS_FIELDS): nothing else is read."""
     _write(tmp_path / "h.sqlite")
     period = Period(T0 + 300, T0 + 600)
     week = HistorySource(tmp_path / "h.sqlite").load(period, compare_previous=True)
     assert week.pods[0].usage_max == pytest.approx([0.55, 0.65, 0.75, 0.85, 0.95])
     assert week.previous is not None
     assert week.previous.period == Period(T0, T0 + 300)
-    assert week.previous.pods[0].usage_max == pytest.approx([0.05, 0.15, 0.25, 0.35, 0.45])
-    assert week.previous.pods[0].gpu_memory_utilization == 0.9
+    (before,) = week.previous.pods
+    assert list(before.demand_max) == [100.0 * i + 10 for i in range(5)]
+    assert all(math.isnan(v) for v in before.usage_max) and before.gpu_memory_utilization is None
 
 
 def test_no_previous_data_is_none_and_a_pod_outside_the_period_is_left_out(tmp_path):

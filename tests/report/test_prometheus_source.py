@@ -35,7 +35,9 @@ from backfill import backfilled_prometheus
 from processes import free_port
 
 from sidecar.artifacts.params import Thresholds
-from sidecar.report.data import ModelKey, Page, Period
+from sidecar.forecast.policy import AdviceSettings
+from sidecar.report.data import PREVIOUS_FIELDS, ModelKey, Page, Period
+from sidecar.report.figures import compute
 from sidecar.report.prometheus import PrometheusSource, ReportSourceError
 
 DAY = 86_400
@@ -113,7 +115,11 @@ def dataset() -> str:
         ("kvcache_usage_ratio", a, [(k, 0.5 if k < 0 else usage_a(k)) for k in range(-60, MINUTES)]),
         ("kvcache_usage_ratio", b, [(k, usage_b(k)) for k in b_minutes]),
         ("kvcache_usage_ratio", c, [(k, 0.1) for k in period]),
-        ("kvcache_demand_tokens", a, [(k, round(usage_a(k) * 10_000)) for k in period]),
+        (
+            "kvcache_demand_tokens",
+            a,
+            [(k, 3_000 if k < 0 else round(usage_a(k) * 10_000)) for k in range(-60, MINUTES)],
+        ),
         ("kvcache_demand_tokens", b, [(k, round(usage_b(k) * 8_000)) for k in b_minutes]),
         ("kvcache_capacity_tokens", a, [(k, 16_384) for k in period]),
         ("kvcache_capacity_tokens", b, [(k, 12_288 if after(k) else 8_192) for k in b_minutes]),
@@ -317,15 +323,21 @@ def test_model_figures_from_the_recording_rules(loaded):
 
 @pytest.mark.e2e
 def test_previous_period(loaded):
-    """The hour before the period holds only vllm-a, and no recording rules (figures from the pods)."""
+    """The hour before the period holds only vllm-a; of it only the demand is read (PREVIOUS_FIELDS: the
+    figures use the period before for its peak demand alone), its other series stay NaN, nothing is reduced."""
     week, _ = loaded
     prev = week.previous
     assert prev is not None and prev.period == PERIOD.previous()
     assert [p.pod for p in prev.pods] == ["vllm-a"]
-    assert _same(prev.pods[0].usage_mean[-60:], [0.5] * 60)  # no rules then: the model's figures need the means
-    assert math.fsum(v for v in prev.pods[0].preemptions if math.isfinite(v)) == 59
-    assert prev.pods[0].usage_quantiles == {"max": 0.5, "p50": 0.5, "p95": 0.5, "p99": 0.5}
+    (a,) = prev.pods
+    assert PREVIOUS_FIELDS == ("demand_max",)
+    assert _same(a.demand_max[-60:], [3_000.0] * 60) and all(math.isnan(v) for v in a.demand_max[:-60])
+    for name in ("usage_max", "usage_mean", "preemptions", "capacity_tokens", "waiting_max"):
+        assert all(math.isnan(v) for v in getattr(a, name)), name
+    assert a.usage_quantiles is None and a.seconds_above is None and a.block_size is None
     assert prev.model_usage_quantiles == {} and prev.pages == []
+    report = compute(week, thresholds=TH, advice=AdviceSettings(0.75, 0.5, 0.95, 3600.0), generated_at=0.0)
+    assert report.models[0].growth.previous_peak_demand_tokens == 3_000.0
 
 
 @pytest.mark.e2e

@@ -8,7 +8,6 @@ the wall time of a drip is measured by bench/hostile_report.py, here only that t
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 
@@ -18,53 +17,16 @@ from sidecar import outbound
 from sidecar.report.data import Period
 from sidecar.report.prometheus import PrometheusSource, ReportSourceError, _owned
 
+from rawserver import RawServer  # isort: skip
+from rawserver import drip as answer_by_drip  # isort: skip
 from test_prometheus_source import EMPTY, PERIOD, quick, send  # isort: skip
 
 TOKEN = "s3cr3t-token-value"
 
 
-class Drip:
-    """A server that accepts, then sends an HTTP answer one byte every ``every_s`` seconds, for ever."""
-
-    def __init__(self, every_s: float = 0.1):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.every_s = every_s
-        self.stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
-
-    def _drip(self, conn: socket.socket) -> None:
-        answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n" + b" " * 99_999
-        try:
-            conn.recv(65536)
-            for byte in answer:
-                if self.stop.wait(self.every_s):
-                    break
-                conn.sendall(bytes([byte]))
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
-
-
 @pytest.fixture
 def drip():
-    server = Drip()
+    server = RawServer(answer_by_drip(0.1, 100_000))
     yield server
     server.close()
 
