@@ -99,9 +99,10 @@ def scrubbed(text: str | bytes, secrets: Iterable[str]) -> str:
 class DeadlineBackend(httpcore.NetworkBackend):
     """httpcore's socket backend with each operation bounded by the calling thread's deadline."""
 
-    def __init__(self) -> None:
+    def __init__(self, cancellable: bool = True) -> None:
         self._inner = httpcore.SyncBackend()
         self._local = threading.local()
+        self.cancellable = cancellable  # False: cancel_all() leaves this client's requests alone
 
     @contextlib.contextmanager
     def deadline(self, seconds: float) -> Iterator[None]:
@@ -115,7 +116,7 @@ class DeadlineBackend(httpcore.NetworkBackend):
     def left(self, timeout: float | None, timed_out: type[Exception]) -> float:
         """The time an operation with ``timeout`` may take now (at most :data:`POLL_S`); raises
         ``timed_out`` past the deadline, :class:`Cancelled` after :func:`cancel_all`."""
-        if CANCELLED.is_set():
+        if CANCELLED.is_set() and self.cancellable:
             raise Cancelled("the process is stopping")
         end: float | None = getattr(self._local, "end", None)
         left = POLL_S if end is None else end - time.monotonic()
@@ -125,7 +126,7 @@ class DeadlineBackend(httpcore.NetworkBackend):
 
     def budget(self, timeout: float | None, timed_out: type[Exception]) -> float | None:
         """The whole time an operation that cannot be resumed (a write, a handshake) may take."""
-        if CANCELLED.is_set():
+        if CANCELLED.is_set() and self.cancellable:
             raise Cancelled("the process is stopping")
         end: float | None = getattr(self._local, "end", None)
         if end is None:
@@ -199,9 +200,12 @@ class _Stream(httpcore.NetworkStream):
         return self._inner.get_extra_info(info)
 
 
-def client(timeout_s: float, verify: str | bool = True, **kw: Any) -> tuple[httpx.Client, DeadlineBackend]:
-    """An ``httpx.Client`` whose requests honour :meth:`DeadlineBackend.deadline` and :func:`cancel_all`."""
-    backend = DeadlineBackend()
+def client(
+    timeout_s: float, verify: str | bool = True, *, cancellable: bool = True, **kw: Any
+) -> tuple[httpx.Client, DeadlineBackend]:
+    """An ``httpx.Client`` whose requests honour :meth:`DeadlineBackend.deadline` and, when ``cancellable``,
+    :func:`cancel_all` (the webhook of a report already written is not: its deadline bounds it)."""
+    backend = DeadlineBackend(cancellable)
     transport = httpx.HTTPTransport(verify=verify, trust_env=False)
     pool = transport._pool
     if not hasattr(pool, "_network_backend"):  # pragma: no cover - an httpx release that moved it

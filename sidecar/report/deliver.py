@@ -24,6 +24,7 @@ would have been sent, and costs no query.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -36,13 +37,15 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from .. import outbound
 from ..files import TOKEN_MAX_BYTES, FileProblem, read_text
 
 log = logging.getLogger("kv_sidecar.report")
 
-#: Seconds one POST may take (connect, send and read each). Not :func:`sidecar.outbound.client`'s total
-#: deadline: its cancellation on SIGTERM (made for reading Prometheus) would abort the delivery of a
-#: report already written, which ``kv-sidecar reporter`` finishes on its way out.
+#: Seconds one POST may take in all (connect, send and read together, however slowly the receiver
+#: answers): :func:`sidecar.outbound.client`'s deadline, without its cancellation on SIGTERM (made for
+#: reading Prometheus), which would abort the delivery of a report already written: ``kv-sidecar
+#: reporter`` finishes that on its way out, within ``attempts`` × this plus the back-off.
 TIMEOUT_S = 10.0
 #: A ``Retry-After`` longer than this is cut to it: the reporter must not sleep for hours.
 MAX_RETRY_AFTER_S = 60.0
@@ -111,10 +114,15 @@ def post_summary(
     # httpx logs every request's full URL at INFO: the secret would land in the log.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger("httpx").level))
     own = client is None
-    http = client if client is not None else httpx.Client(timeout=TIMEOUT_S, follow_redirects=False)
+    if client is not None:
+        http, deadline = client, None
+    else:  # each POST ends within TIMEOUT_S in all, even against a receiver that drips its answer
+        http, backend = outbound.client(TIMEOUT_S, cancellable=False, follow_redirects=False)
+        deadline = backend.deadline
     try:
         for attempt in range(1, attempts + 1):
-            failure, retry_after = _attempt(http, url, body)
+            with deadline(TIMEOUT_S) if deadline is not None else contextlib.nullcontext():
+                failure, retry_after = _attempt(http, url, body)
             if failure is None:
                 log.info("report summary delivered host=%s attempt=%d", host, attempt)
                 return

@@ -181,3 +181,25 @@ def test_dry_run_prints_the_body_and_the_host_only_and_writes_nothing(tmp_path, 
     assert text.endswith(f"Full report: <https://wiki.example.com/kv/{base_name(Period(T0, T0 + 600))}.html>")
     assert SECRET not in proc.stdout + proc.stderr and "/services/" not in proc.stdout
     assert stub.posts == [] and not out.exists()
+
+
+def test_a_receiver_that_drips_its_answer_is_cut_at_the_deadline(tmp_path, monkeypatch):
+    """Each POST ends within TIMEOUT_S in all, however slowly the receiver sends (a 10,000-byte answer at
+    10 bytes a second would take 17 minutes), and a stopping reporter does not abandon it."""
+    from rawserver import RawServer, drip
+
+    from sidecar import outbound
+    from sidecar.report import deliver as deliver_module
+
+    monkeypatch.setattr(deliver_module, "TIMEOUT_S", 1.0)
+    monkeypatch.setattr(outbound, "CANCELLED", outbound.threading.Event())
+    receiver = RawServer(drip(0.1, 10_000))
+    url_file = tmp_path / "url"
+    url_file.write_text(receiver.url + "/hook\n")
+    try:
+        outbound.cancel_all()  # as on SIGTERM: the delivery of a written report still runs to its deadline
+        with pytest.raises(DeliveryError, match="timed out after 2 attempts"):
+            post_summary(url_file, "week 48", attempts=2, backoff_s=0.0, sleep=lambda _s: None)
+    finally:
+        receiver.close()
+    assert len(receiver.requests) == 2  # both attempts reached the receiver: none was cancelled
