@@ -482,6 +482,19 @@ def _watched_s(pod: PodSeries, period: Period) -> float:
     return (seen[-1] - seen[0] + 1) * period.step_s if seen else 0.0
 
 
+def _pod_pool(pod: PodSeries, capacity_tokens: float, block_size: int) -> Pool:
+    """The pod's last KV pool, as the advice policy reads it (its peak of running requests included)."""
+    running = [pod.requests_running_peak] if pod.requests_running_peak is not None else _finite(pod.running_max)
+    return Pool(
+        capacity_tokens=capacity_tokens,
+        block_size=block_size,
+        kv_cache_memory_bytes=pod.kv_cache_memory_bytes,
+        gpu_memory_utilization=pod.gpu_memory_utilization,
+        max_model_len=None,
+        requests_running=max(running) if running else None,
+    )
+
+
 def _pod_advice(
     pod: PodSeries, capacity: Capacity, period: Period, model: ServedModel | None, settings: AdviceSettings
 ) -> _Advised:
@@ -489,15 +502,7 @@ def _pod_advice(
     peak, c0, bs, usable = capacity.peak_demand_tokens, capacity.capacity_tokens, pod.block_size, capacity.usable_tokens
     if peak is None or c0 is None or not bs or not usable or usable <= 0:
         return _Advised(_no_advice(pod, capacity), peak, None, bs)
-    running = [pod.requests_running_peak] if pod.requests_running_peak is not None else _finite(pod.running_max)
-    pool = Pool(
-        capacity_tokens=c0,
-        block_size=bs,
-        kv_cache_memory_bytes=pod.kv_cache_memory_bytes,
-        gpu_memory_utilization=pod.gpu_memory_utilization,
-        max_model_len=None,
-        requests_running=max(running) if running else None,
-    )
+    pool = _pod_pool(pod, c0, bs)
     raw = advise(peak_demand_tokens=peak, watched_s=_watched_s(pod, period), pool=pool, model=model, settings=settings)
     new_capacity = capacity_after(raw, pool, model) if raw.recommendation.action != NO_ACTION else None
     after = _after_ratio(raw, peak, new_capacity, bs)
@@ -544,15 +549,7 @@ def _replica(pod: PodSeries, capacity: Capacity) -> Replica | None:
     peak, c0, bs = capacity.peak_demand_tokens, capacity.capacity_tokens, pod.block_size
     if peak is None or c0 is None or not bs or c0 <= bs:
         return None
-    running = [pod.requests_running_peak] if pod.requests_running_peak is not None else _finite(pod.running_max)
-    pool = Pool(
-        capacity_tokens=c0,
-        block_size=bs,
-        kv_cache_memory_bytes=pod.kv_cache_memory_bytes,
-        gpu_memory_utilization=pod.gpu_memory_utilization,
-        max_model_len=None,
-        requests_running=max(running) if running else None,
-    )
+    pool = _pod_pool(pod, c0, bs)
     return Replica(pod.pod, peak, pool)
 
 
