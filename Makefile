@@ -8,9 +8,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-PYTEST_ARGS ?=
+# Two workers, one test file per group (tests/conftest.py); the slowest tests listed at the end.
+PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=25
 
-.PHONY: run test lint generate venv tools vllm image bench bench-soak bench-real-ramp clean
+.PHONY: run test lint generate pictures venv tools vllm image bench bench-soak bench-real-ramp clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +47,11 @@ lint: venv
 # deploy/examples/sidecar.yaml, the README's generated blocks); tests/test_artifacts.py checks them.
 generate: venv
 	$(PY) -m sidecar.artifacts.generate
+
+# The docs' dashboard pictures (docs/images/) from a simulated day of four pods in a backfilled Prometheus
+# (prometheus and promtool from `make tools`; about 5 min of CPU).
+pictures: venv
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(PY) -m sidecar.artifacts.pictures --out docs/images
 
 test: lint tools vllm
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)

@@ -72,7 +72,7 @@ from sidecar.forecast_validation import (
 )
 from sidecar.simulator import LIBRARY, SimConfig
 from sidecar.simulator.simulation import peak_used_blocks
-from sidecar.simulator.trace import TraceError, TracePlay, load_trace
+from sidecar.simulator.trace import ArrivalTrace, TraceError, TracePlay, load_trace
 
 #: Rules compared by ``--sweep`` besides the shipped one.
 CANDIDATES: tuple[Rule, ...] = (
@@ -267,11 +267,18 @@ PAGING: tuple[tuple[str, tuple[Rule, ...]], ...] = (
 )
 
 
+def _load(path: str) -> ArrivalTrace:
+    """The trace as docs/forecast-validation.md measured it: arrivals and lengths, no shared prefixes
+    (``--with-hash-ids`` replays Mooncake's prefix reuse too: smaller peaks, other figures)."""
+    trace = load_trace(path)
+    return trace if os.environ.get("KV_BENCH_HASH_IDS") == "1" else trace.without_hash_ids()
+
+
 def _trace_work(
     args: tuple[str, str, float, SimConfig, float, list[dict[str, object]]],
 ) -> tuple[str, float, int, Trace]:
     name, path, speed, config, scale, settings = args
-    play = TracePlay(load_trace(path), speed=speed)
+    play = TracePlay(_load(path), speed=speed)
     (tr,) = collect_trace(play, config, settings, name=name)
     return name, scale, config.usable_blocks, tr
 
@@ -282,7 +289,7 @@ def trace_runs(
     """Every trace at every pool scale: (trace name, scale, usable blocks, recorded run)."""
     jobs = []
     for path in paths:
-        play = TracePlay(load_trace(path), speed=speed)
+        play = TracePlay(_load(path), speed=speed)
         peak = peak_used_blocks(play, TRACE_SERVER)
         name = Path(path).name
         for scale in scales:
@@ -359,6 +366,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cold-start", action="store_true", help="no pre-roll: every run starts from an empty cache")
     ap.add_argument("--trace", action="append", default=[], help="also replay this arrival trace (repeatable)")
     ap.add_argument("--trace-only", action="store_true", help="only the trace runs, not the library")
+    ap.add_argument(
+        "--with-hash-ids",
+        action="store_true",
+        help="replay Mooncake's hash_ids (shared prefixes); the validation's figures were measured without",
+    )
     ap.add_argument("--trace-speed", type=float, default=1.0, help="trace time compression")
     ap.add_argument(
         "--trace-scales",
@@ -366,6 +378,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="pool sizes, as the usage the trace's peaks reach (comma-separated)",
     )
     a = ap.parse_args(argv)
+    if a.with_hash_ids:  # read by _load, in this process and in the pool's workers
+        os.environ["KV_BENCH_HASH_IDS"] = "1"
     if a.seeds < 1 or a.processes < 1:
         print("--seeds and --processes must be at least 1", file=sys.stderr)
         return 2

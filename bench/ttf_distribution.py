@@ -21,7 +21,9 @@ Per run it prints:
   the run is part of the saturation (a preemption frees a request's blocks at once), not a drop.
 
 The full traces are not in the repository (docs/simulator.md, "Replaying a trace", says where they
-are). A run of the one-hour Mooncake conversation trace takes a few minutes of CPU.
+are). A run of the one-hour Mooncake conversation trace takes a few minutes of CPU. Mooncake's
+``hash_ids`` are replayed (prefix hits from the trace's own reuse, shared blocks held once);
+``--without-hash-ids`` replays every prompt as new content, as docs/forecast-validation.md's figures were measured.
 """
 
 from __future__ import annotations
@@ -90,9 +92,10 @@ def distribution(tr: Trace) -> Distribution:
     )
 
 
-def _run(args: tuple[str, float]) -> tuple[str, float, Trace]:
-    path, scale = args
-    play = TracePlay(load_trace(path))
+def _run(args: tuple[str, float, bool]) -> tuple[str, float, Trace]:
+    path, scale, without_hash_ids = args
+    trace = load_trace(path)
+    play = TracePlay(trace.without_hash_ids() if without_hash_ids else trace)
     usable = max(2, math.ceil(peak_used_blocks(play, TRACE_SERVER) / scale))
     config = TRACE_SERVER.replace(
         num_gpu_blocks_override=usable + 1,
@@ -124,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--trace", action="append", required=True, help="an arrival trace file (repeatable)")
     ap.add_argument("--scales", default="0.95,1.05,1.2", help="pool sizes, as the usage the peaks reach")
     ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--without-hash-ids", action="store_true", help="no prefix sharing from the trace's hash_ids")
     a = ap.parse_args(argv)
     try:
         scales = [float(x) for x in a.scales.split(",")]
@@ -139,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, TraceError) as e:
         print(f"--trace: {e}", file=sys.stderr)
         return 2
-    jobs = [(p, s) for p in a.trace for s in scales]
+    jobs = [(p, s, a.without_hash_ids) for p in a.trace for s in scales]
     if a.processes == 1:
         runs = [_run(j) for j in jobs]
     else:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import importlib
 import os
 import signal
 import sys
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING
 from . import __version__
 from .config import Config, ConfigError, load_config, print_config_errors
 from .logs import setup_logging
-from .parsers import Duration
+from .setting_parsers import Duration
 from .settings import (
     DEFAULT_AUTO_RELOAD_INTERVAL,
     DEFAULT_TARGET,
@@ -35,18 +34,11 @@ from .settings import (
 if TYPE_CHECKING:
     from .webconfig import WebConfig
 
+    #: what ``add_subparsers()`` returns (only annotations name it: Python 3.11 cannot subscript it at run time)
+    SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
 #: flag dest -> (config section, key), for every setting the settings table gives a flag
 RUN_FLAGS: dict[str, tuple[str, str]] = {s.dest: (s.section, s.key) for s in SETTINGS if s.run_flag}
-
-#: Subcommands contributed by other modules: module path with an ``add_parser(subparsers)``.
-PLUGGED = (
-    "sidecar.demo",
-    "sidecar.simulator.cli",
-    "sidecar.capacity.cli",
-    "sidecar.artifacts.cli",
-    "sidecar.artifacts.dashboards_cli",
-    "sidecar.report.cli",
-)
 
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:
@@ -323,10 +315,8 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kv-sidecar", description="KV-cache capacity monitor for vLLM.")
-    parser.add_argument("--version", action="version", version=f"kv-cache-sidecar {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+def _add_own(sub: SubParsers) -> None:
+    """``run``, ``check-config`` and ``docs``: this module's own."""
     run = sub.add_parser(
         "run",
         help="run the sidecar daemon",
@@ -350,19 +340,85 @@ def build_parser() -> argparse.ArgumentParser:
         "what to do when it moves, as the Markdown table of docs/metrics.md.",
     )
     docs.set_defaults(func=cmd_docs)
-    for module in PLUGGED:
+
+
+# Each of the others lives in its own module, imported when its parser is built: `kv-sidecar run` loads the
+# daemon's code only, never the simulator's, the report's or the dashboards'.
+def _add_demo(sub: SubParsers) -> None:
+    from . import demo
+
+    demo.add_parser(sub)
+
+
+def _add_simulate(sub: SubParsers) -> None:
+    from .simulator import cli
+
+    cli.add_parser(sub)
+
+
+def _add_capacity(sub: SubParsers) -> None:
+    from .capacity import cli
+
+    cli.add_parser(sub)
+
+
+def _add_rules(sub: SubParsers) -> None:
+    from .artifacts import cli
+
+    cli.add_parser(sub)
+
+
+def _add_dashboards(sub: SubParsers) -> None:
+    from .artifacts import dashboards_cli
+
+    dashboards_cli.add_parser(sub)
+
+
+def _add_report(sub: SubParsers) -> None:
+    from .report import cli
+
+    cli.add_parser(sub)
+
+
+#: Every subcommand, in ``kv-sidecar --help`` order: the names a module adds, and the function adding them.
+SUBCOMMANDS: tuple[tuple[tuple[str, ...], Callable[[SubParsers], None]], ...] = (
+    (("run", "check-config", "docs"), _add_own),
+    (("demo",), _add_demo),
+    (("simulate",), _add_simulate),
+    (("capacity",), _add_capacity),
+    (("rules",), _add_rules),
+    (("dashboards",), _add_dashboards),
+    (("report", "reporter"), _add_report),
+)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``kv-sidecar``; with ``command`` (a known subcommand), only that one's.
+
+    ``kv-sidecar run ...`` builds the daemon's parser alone, so the daemon never imports the other
+    subcommands' modules; ``--help``, no command or an unknown one builds them all (argparse then lists
+    every choice). A subcommand whose optional dependencies are not installed is left out of the list.
+    """
+    parser = argparse.ArgumentParser(
+        prog="kv-sidecar",
+        description="KV-cache capacity monitor for LLM inference servers (vLLM, SGLang, TensorRT-LLM, TGI, llama.cpp).",
+    )
+    parser.add_argument("--version", action="version", version=f"kv-cache-sidecar {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = [add for names, add in SUBCOMMANDS if command in names]
+    for add in chosen or [add for _, add in SUBCOMMANDS]:
         try:
-            mod = importlib.import_module(module)
+            add(sub)
         except ImportError as e:
-            if e.name and (e.name == module or module.startswith(e.name)):
-                continue  # that part is not installed in this build
-            raise
-        mod.add_parser(sub)
+            if chosen or not (e.name or "").startswith(("grafana", "matplotlib")):
+                raise
+            # an optional extra not installed in this build: that subcommand is not offered
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

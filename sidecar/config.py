@@ -27,10 +27,10 @@ from typing import Any
 from urllib.parse import urlparse
 
 from . import capacity as cap
-from . import files
-from .artifacts.params import RuleParams, Thresholds
+from . import input_files
+from .alert_params import RuleParams
 from .model_discovery import is_hub_cache
-from .parsers import Invalid, read_bearer_token
+from .setting_parsers import Invalid, read_bearer_token
 from .settings import (
     ALERT_SETTINGS,
     DEFAULT_TARGET,
@@ -47,6 +47,7 @@ from .settings import (
     flag_name,
     section_keys,
 )
+from .thresholds import Thresholds
 from .units import format_duration
 
 log = logging.getLogger("kv_sidecar.config")
@@ -114,6 +115,8 @@ class TargetConfig:
     label_value_length_limit: int = default("targets.label_value_length_limit")
     engine_limit: int = default("targets.engine_limit")
     label_values_limit: int = default("targets.label_values_limit")
+    #: The KV capacity in tokens for an engine whose page does not export it (TGI, llama.cpp); None = unset.
+    capacity_tokens: int | None = None
     bearer_token_file: str | None = None
     tls_insecure_skip_verify: bool = default("targets.tls.insecure_skip_verify")
     tls_ca_file: str | None = None
@@ -234,14 +237,14 @@ def read_yaml(
     ``duplicates``: where duplicate keys go when the caller reports them with the other problems
     (else they are a ConfigError of their own).
 
-    Read by :func:`sidecar.files.read_yaml`: a regular file of at most 1 MiB, strict UTF-8, no
+    Read by :func:`sidecar.input_files.read_yaml`: a regular file of at most 1 MiB, strict UTF-8, no
     duplicate key, aliases and nesting bounded.
 
     ``sections``: the top-level keys the file may hold, named when the top level is not a mapping.
     """
     try:
-        data = files.read_yaml(path, duplicates=duplicates)
-    except files.FileProblem as e:
+        data = input_files.read_yaml(path, duplicates=duplicates)
+    except input_files.FileProblem as e:
         raise ConfigError(e.problems, path) from None
     if data is None:
         return {}

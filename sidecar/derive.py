@@ -1,99 +1,37 @@
 """Observations -> capacity gauges. Pure: time comes from the samples, never the wall clock.
 
-Each function states its formula and where it comes from. The block arithmetic
-follows vLLM's ``BlockPool`` (``vllm/v1/core/block_pool.py``): block 0 is a
-permanent null block, so ``usage = 1 - free_blocks / (num_gpu_blocks - 1)``
-and a partly filled block counts as used.
+Reads only the typed fields of :class:`~sidecar.observation.Observation` and its
+:class:`~sidecar.observation.KVPool`, whatever the engine. Each function states its formula and
+where it comes from. For an engine that exports a usage fraction only (vLLM), the block arithmetic
+follows vLLM's ``BlockPool`` (``vllm/v1/core/block_pool.py``): block 0 is a permanent null block,
+so ``usage = 1 - free_blocks / (num_gpu_blocks - 1)`` and a partly filled block counts as used. An
+engine that counts its used tokens (SGLang, TRT-LLM) gets used/free from them directly.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from .observation import Observation
-
-#: Labels of vLLM's cache-config info that mark a hybrid KV layout, for which
-#: ``num_gpu_blocks × block_size`` is not a token capacity (vllm issue #51163,
-#: PR #42206). ``mamba_cache_dtype``/``mamba_ssm_cache_dtype``/``mamba_cache_mode``
-#: are deliberately absent: they carry defaults on plain models (seen on vLLM 0.32).
-HYBRID_SIGNS: tuple[tuple[str, str], ...] = (
-    ("sliding_window", "None"),
-    ("mamba_page_size_padded", "None"),
-    ("mamba_block_size", "None"),
-)
-
-
-def _label_int(cache_config: Mapping[str, str], key: str) -> int | None:
-    raw = cache_config.get(key)
-    if raw is None or raw == "None":
-        return None
-    try:
-        return int(float(raw))
-    except (ValueError, OverflowError):  # the adapter refuses such pages; never a traceback here
-        return None
-
-
-def is_hybrid(cache_config: Mapping[str, str]) -> bool:
-    """True when the cache config shows sliding-window, mamba or attention-free layers."""
-    if cache_config.get("is_attention_free") == "True":
-        return True
-    return any(cache_config.get(key, absent) != absent for key, absent in HYBRID_SIGNS)
-
-
-@dataclass(frozen=True)
-class PoolSize:
-    """The KV pool as vLLM reports it in ``vllm:cache_config_info``."""
-
-    num_gpu_blocks: int | None
-    block_size: int | None
-    #: vLLM's own token capacity (null block included); None for hybrid models.
-    capacity_tokens: int | None
-    hybrid: bool
-
-    @property
-    def usable_blocks(self) -> int | None:
-        return None if self.num_gpu_blocks is None else max(self.num_gpu_blocks - 1, 0)
-
-
-def pool_size(cache_config: Mapping[str, str]) -> PoolSize:
-    """Capacity from the info labels.
-
-    ``kv_cache_size_tokens`` (vLLM PR #42206, group-aware) when present, else
-    ``num_gpu_blocks × block_size`` (``vllm/v1/core/kv_cache_utils.py``
-    ``_report_kv_cache_config``); neither for hybrid models, where
-    ``block_size`` is the minimum over groups and the product is meaningless.
-    """
-    blocks = _label_int(cache_config, "num_gpu_blocks")
-    block_size = _label_int(cache_config, "block_size")
-    hybrid = is_hybrid(cache_config)
-    capacity = None
-    if not hybrid:
-        capacity = _label_int(cache_config, "kv_cache_size_tokens")
-        if capacity is None and blocks is not None and block_size is not None:
-            capacity = blocks * block_size
-    return PoolSize(blocks, block_size, capacity, hybrid)
-
-
-#: Float slack around [0, 1]: vLLM computes usage as ``1 − free ÷ total`` (``BlockPool.get_usage``).
-_USAGE_SLACK = 1e-9
+from .metrics import CACHE_SETTINGS, Gauge, MetricDoc, entry
+from .observation import USAGE_SLACK, KVPool, Observation
 
 
 def readable_usage(usage: float | None) -> float | None:
-    """vLLM's usage fraction, or None when it cannot be one.
+    """The engine's usage fraction, or None when it cannot be one.
 
-    ``BlockPool.get_usage()`` is ``1 − free ÷ total``, within [0, 1] up to float
-    error, which is clamped. A value well outside (1.7, −0.3) is not a reading of
-    the cache: it is dropped like NaN rather than clamped, since a clamped 1.7
-    would read as a full cache and page.
+    vLLM's ``BlockPool.get_usage()`` is ``1 − free ÷ total``, within [0, 1] up to float
+    error (:data:`~sidecar.observation.USAGE_SLACK`), which is clamped. A value well outside
+    (1.7, −0.3) is not a reading of the cache: it is dropped like NaN rather than clamped, since a
+    clamped 1.7 would read as a full cache and page.
     """
-    if usage is None or not -_USAGE_SLACK <= usage <= 1 + _USAGE_SLACK:
+    if usage is None or not -USAGE_SLACK <= usage <= 1 + USAGE_SLACK:
         return None
     return min(max(usage, 0.0), 1.0)
 
 
-def used_free_tokens(usage: float, pool: PoolSize) -> tuple[int, int] | None:
+def used_free_tokens(usage: float, pool: KVPool) -> tuple[int, int] | None:
     """``used = round(usage × (blocks − 1)) × block_size``, ``free = (blocks − 1) × block_size − used``.
 
     Inverts ``BlockPool.get_usage()``; vLLM allocates whole blocks, so used is a
@@ -106,14 +44,37 @@ def used_free_tokens(usage: float, pool: PoolSize) -> tuple[int, int] | None:
     return used, pool.usable_blocks * pool.block_size - used
 
 
-def watermark_headroom_tokens(used_tokens: int, pool: PoolSize, watermark: float) -> int:
+def held_free_tokens(used: float, evictable: float | None, pool: KVPool) -> tuple[float, float] | None:
+    """For an engine that counts its used tokens (SGLang, TRT-LLM): ``held = used − evictable``,
+    ``free = usable − held``, held clamped into ``[0, usable]``.
+
+    Tokens the engine can evict without preempting a request are room a new request can take, so
+    they count as free (SGLang's radix cache: ``available_size() + evictable_size()`` is what its
+    scheduler admits against, ``python/sglang/srt/managers/scheduler.py``). ``usable`` is
+    ``(num_blocks − null_blocks) × block_size``, else the engine's capacity figure. None for hybrid
+    pools or unknown sizes.
+    """
+    usable = pool.usable_tokens
+    if usable is None and not pool.hybrid:
+        usable = pool.capacity_tokens
+    if usable is None or usable <= 0:
+        return None
+    held = min(max(used - (evictable or 0.0), 0.0), float(usable))
+    return held, usable - held
+
+
+def watermark_headroom_tokens(used_tokens: float, pool: KVPool, watermark: float) -> float:
     """Tokens that can still be allocated without pushing usage above ``watermark``.
 
     ``max(0, ⌊watermark × (blocks − 1)⌋ × block_size − used)``: the largest whole
     number of blocks whose usage stays at or below the watermark, minus what is held.
+    A pool known only by its token capacity: ``max(0, ⌊watermark × capacity⌋ − used)``.
     """
-    assert pool.usable_blocks is not None and pool.block_size is not None
-    allowed = math.floor(watermark * pool.usable_blocks + 1e-9) * pool.block_size
+    if pool.usable_blocks is not None and pool.block_size is not None:
+        allowed = math.floor(watermark * pool.usable_blocks + 1e-9) * pool.block_size
+    else:
+        assert pool.capacity_tokens is not None
+        allowed = math.floor(watermark * pool.capacity_tokens + 1e-9)
     return max(0, allowed - used_tokens)
 
 
@@ -149,7 +110,7 @@ def prefix_cache_hit_ratio(samples: Sequence[tuple[float, Observation]]) -> floa
     if not samples:
         return None
     latest = samples[-1][1]
-    if latest.cache_config.get("enable_prefix_caching") == "False":
+    if latest.pool is not None and latest.pool.prefix_caching is False:
         return None
     queries = _series(samples, "prefix_cache_queries_tokens")
     hits = _series(samples, "prefix_cache_hits_tokens")
@@ -183,13 +144,14 @@ def waiting_by_reason(obs: Observation) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Derived:
-    """Every gauge derived for one (model_name, engine) at one instant. None = not exported."""
+    """Every base gauge derived for one (model_name, engine) at one instant. None = not exported."""
 
     usage_ratio: float | None = None
+    #: the engine's capacity figure (not for hybrid pools)
     capacity_tokens: int | None = None
-    used_tokens: int | None = None
-    free_tokens: int | None = None
-    watermark_headroom_tokens: int | None = None
+    used_tokens: float | None = None
+    free_tokens: float | None = None
+    watermark_headroom_tokens: float | None = None
     prefix_cache_hit_ratio: float | None = None
     preemptions_per_second: float | None = None
     requests_running: float | None = None
@@ -197,25 +159,80 @@ class Derived:
     prefix_cache_queries_tokens: float | None = None
     prefix_cache_hits_tokens: float | None = None
     preemptions: float | None = None
+    #: requests refused at admission, by reason (counters)
+    admission_rejections: Mapping[str, float] = field(default_factory=dict)
+    #: the offload tiers' usage fraction by tier (vLLM: "cpu")
+    offload_usage: Mapping[str, float] = field(default_factory=dict)
     engine_asleep: bool | None = None
-    pool: PoolSize | None = None
+    #: the pool the figures stand on: the latest observation's, or for a hybrid vLLM pool with a
+    #: group-aware capacity its token view (:func:`hybrid_token_view`), which the forecast sizes on
+    pool: KVPool | None = None
+    #: the engine's pool is hybrid (``pool`` is then its token view, whose own flag is off)
+    hybrid: bool = False
+
+
+def usage_split(obs: Observation, pool: KVPool | None) -> tuple[float | None, float | None, float | None]:
+    """``(usage, used, free)`` of one observation.
+
+    An engine that counts its used tokens (``obs.used_tokens``) gets used and free from them
+    (:func:`held_free_tokens`) and, when it exports no usage fraction, ``usage = held ÷ usable``;
+    else vLLM's BlockPool arithmetic on its usage fraction (:func:`used_free_tokens`).
+    """
+    usage = readable_usage(obs.usage_ratio)
+    if pool is None:
+        return usage, None, None
+    if obs.used_tokens is not None:
+        split = held_free_tokens(obs.used_tokens, obs.evictable_tokens, pool)
+        if split is None:
+            return usage, None, None
+        held, free = split
+        if usage is None:
+            usage = held / (held + free)
+        return usage, held, free
+    if usage is None:
+        return None, None, None
+    blocks = used_free_tokens(usage, pool)
+    return (usage, None, None) if blocks is None else (usage, *blocks)
+
+
+def hybrid_token_view(pool: KVPool) -> KVPool | None:
+    """A hybrid pool seen in tokens: ``capacity_tokens`` (vLLM's group-aware ``kv_cache_size_tokens``)
+    one-token blocks, of which ``⌊capacity × (B − 1) ÷ B⌋`` are usable. None without that figure.
+
+    On a hybrid model (sliding-window, mamba) ``block_size`` is the minimum over the KV-cache groups
+    (vllm issue #51163), so ``num_gpu_blocks × block_size`` is no capacity; ``kv_cache_size_tokens``
+    is (PR #42206: ``get_kv_cache_capacity`` in ``vllm/v1/core/kv_cache_utils.py``, the figure of the
+    start-up log line "GPU KV cache size: N tokens"). It grows in proportion to the ``B =
+    num_gpu_blocks`` blocks the groups share, and usage is ``held blocks ÷ (B − 1)``
+    (``BlockPool.get_usage``), so ``usage × usable`` is the capacity the running requests hold, in
+    the tokens the capacity is counted in. The view is token-granular (``block_size`` 1, no null
+    block): the forecast and the advice then size in tokens, to within one of vLLM's blocks.
+    """
+    capacity = pool.capacity_tokens
+    if not pool.hybrid or capacity is None or capacity <= 0:
+        return None
+    blocks = pool.num_blocks
+    usable = capacity * (blocks - 1) // blocks if blocks and blocks > 1 else capacity
+    return replace(pool, num_blocks=usable, block_size=1, null_blocks=0, hybrid=False)
 
 
 def derive(history: Sequence[tuple[float, Observation]], now: float, *, window_s: float, watermark: float) -> Derived:
-    """The gauges for one key from its history (oldest first; the last sample is current)."""
+    """The gauges for one key from its history (oldest first; the last sample is current).
+
+    A hybrid vLLM pool that gives its group-aware capacity is derived on its token view
+    (:func:`hybrid_token_view`): capacity, used, free, headroom and the advice then exist for it.
+    """
     t_last, obs = history[-1]
-    pool = pool_size(obs.cache_config)
+    pool = obs.pool
+    view = hybrid_token_view(pool) if pool is not None and obs.used_tokens is None else None
+    if view is not None:
+        pool = view
     in_window = window(history, now, window_s)
-    used = free = headroom = None
-    usage = readable_usage(obs.usage_ratio)
-    if usage is not None:
-        split = used_free_tokens(usage, pool)
-        if split is not None:
-            used, free = split
-            headroom = watermark_headroom_tokens(used, pool, watermark)
+    usage, used, free = usage_split(obs, pool)
+    headroom = None if used is None or pool is None else watermark_headroom_tokens(used, pool, watermark)
     return Derived(
         usage_ratio=usage,
-        capacity_tokens=pool.capacity_tokens,
+        capacity_tokens=None if pool is None or pool.hybrid else pool.capacity_tokens,
         used_tokens=used,
         free_tokens=free,
         watermark_headroom_tokens=headroom,
@@ -226,6 +243,60 @@ def derive(history: Sequence[tuple[float, Observation]], now: float, *, window_s
         prefix_cache_queries_tokens=obs.prefix_cache_queries_tokens,
         prefix_cache_hits_tokens=obs.prefix_cache_hits_tokens,
         preemptions=obs.preemptions,
+        admission_rejections=dict(obs.admission_rejections_by_reason),
+        offload_usage={tier: min(max(u, 0.0), 1.0) for tier, u in obs.offload_usage_by_tier.items()},
         engine_asleep=None if obs.sleep_state is None else obs.asleep,
         pool=pool,
+        hybrid=obs.pool is not None and obs.pool.hybrid,
     )
+
+
+#: The base rows, looked up once (a misspelt name fails at import).
+USAGE_RATIO = entry("kvcache_usage_ratio")
+CAPACITY_TOKENS = entry("kvcache_capacity_tokens")
+USED_TOKENS = entry("kvcache_used_tokens")
+FREE_TOKENS = entry("kvcache_free_tokens")
+HEADROOM_TOKENS = entry("kvcache_watermark_headroom_tokens")
+PREFIX_QUERIES = entry("kvcache_prefix_cache_queries_tokens_total")
+PREFIX_HITS = entry("kvcache_prefix_cache_hits_tokens_total")
+PREEMPTIONS = entry("kvcache_preemptions_total")
+ADMISSION_REJECTIONS = entry("kvcache_admission_rejections_total")
+OFFLOAD_USAGE = entry("kvcache_offload_usage_ratio")
+PREFIX_HIT_RATIO = entry("kvcache_prefix_cache_hit_ratio")
+PREEMPTIONS_PER_SECOND = entry("kvcache_preemptions_per_second")
+REQUESTS_RUNNING = entry("kvcache_requests_running")
+REQUESTS_WAITING = entry("kvcache_requests_waiting")
+ENGINE_ASLEEP = entry("kvcache_engine_asleep")
+SERVER_INFO = entry("kvcache_server_info")
+GPU_MEMORY_UTILIZATION = entry("kvcache_gpu_memory_utilization")
+
+
+def base_values(d: Derived, engine_kind: str | None, generation: str | None) -> dict[MetricDoc, Gauge]:
+    """The base gauges of one engine, keyed by their catalogue rows, in the page's order.
+
+    ``kvcache_server_info`` shows the engine's kind, the metric generation and the pool's
+    :data:`~sidecar.metrics.CACHE_SETTINGS` as the engine reported them ("" when it did not).
+    """
+    pool = d.pool
+    info = {} if pool is None else pool.info
+    settings = tuple(info.get(name, "") for name in CACHE_SETTINGS)
+    hybrid = "true" if pool is not None and (pool.hybrid or d.hybrid) else "false"
+    return {
+        USAGE_RATIO: d.usage_ratio,
+        CAPACITY_TOKENS: d.capacity_tokens,
+        USED_TOKENS: d.used_tokens,
+        FREE_TOKENS: d.free_tokens,
+        HEADROOM_TOKENS: d.watermark_headroom_tokens,
+        PREFIX_QUERIES: d.prefix_cache_queries_tokens,
+        PREFIX_HITS: d.prefix_cache_hits_tokens,
+        PREEMPTIONS: d.preemptions,
+        OFFLOAD_USAGE: {(tier,): u for tier, u in sorted(d.offload_usage.items())} or None,
+        ADMISSION_REJECTIONS: {(reason,): n for reason, n in sorted(d.admission_rejections.items())} or None,
+        PREFIX_HIT_RATIO: d.prefix_cache_hit_ratio,
+        PREEMPTIONS_PER_SECOND: d.preemptions_per_second,
+        REQUESTS_RUNNING: d.requests_running,
+        REQUESTS_WAITING: {(reason,): n for reason, n in sorted(d.requests_waiting.items())},
+        ENGINE_ASLEEP: None if d.engine_asleep is None else 1.0 if d.engine_asleep else 0.0,
+        SERVER_INFO: {(engine_kind or "", generation or "", *settings, hybrid): 1.0},
+        GPU_MEMORY_UTILIZATION: None if pool is None else pool.memory_fraction,
+    }

@@ -1,6 +1,6 @@
 """The HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz``, ``POST /-/reload`` (the serving edge).
 
-What it serves, for one :class:`~sidecar.daemon.Sidecar`:
+What it serves, for one :class:`~sidecar.scrape_loop.Sidecar`:
 
 * ``/metrics``: the sidecar's registry in the format the ``Accept`` header asks for, gzipped when the
   scraper sends ``Accept-Encoding: gzip`` (as Prometheus does);
@@ -76,7 +76,7 @@ from .webconfig import Serving
 
 
 class Sidecar(Protocol):
-    """What the endpoint needs of :class:`sidecar.daemon.Sidecar`."""
+    """What the endpoint needs of :class:`sidecar.scrape_loop.Sidecar`."""
 
     config: Config
     registry: CollectorRegistry

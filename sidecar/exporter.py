@@ -14,17 +14,22 @@ what it produces::
 
 from __future__ import annotations
 
+import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from . import __version__
-from .metrics import BY_NAME, CATALOGUE
-from .reload import ReloadStatus
+from .metrics import BY_NAME, CATALOGUE, KEY, Gauge, MetricDoc, Values
+from .reload_status import ReloadStatus
 from .state import TargetState
+
+log = logging.getLogger("kv_sidecar.exporter")
+
+_Family = CounterMetricFamily | GaugeMetricFamily
 
 
 def _family(name: str) -> CounterMetricFamily | GaugeMetricFamily:
@@ -35,15 +40,6 @@ def _family(name: str) -> CounterMetricFamily | GaugeMetricFamily:
         return CounterMetricFamily(name.removesuffix("_total"), doc.help, labels=labels)
     # gauges, and info series: gauges of value 1 with the information in their labels
     return GaugeMetricFamily(name, doc.help, labels=labels)
-
-
-def _number(label: str | None) -> float | None:
-    """A cache_config_info label as a finite number; None when absent or not one."""
-    try:
-        value = float(label) if label else None
-    except ValueError:
-        return None
-    return value if value is not None and math.isfinite(value) else None
 
 
 def _add_target_own(add: Callable[[str, list[str], float | None], None], st: TargetState) -> None:
@@ -61,6 +57,10 @@ def _add_target_own(add: Callable[[str, list[str], float | None], None], st: Tar
     add("kvcache_sidecar_config_changes_total", [target], st.config_changes)
 
 
+#: Exported only once non-zero: a value the catalogue does not know (a bug) is refused and counted.
+EXPORT_ERRORS = "kvcache_sidecar_export_errors_total"
+#: Catalogue rows a healthy sidecar never exports (tests that expect every row emitted skip these).
+ONLY_ON_FAULT = (EXPORT_ERRORS,)
 #: Exported only when the embedded history is on (``history.path``).
 HISTORY_ERRORS = "kvcache_sidecar_history_write_errors_total"
 #: Exported only by a daemon that can reload its configuration (``kv-sidecar run``, ``demo``): not by
@@ -88,6 +88,9 @@ class SidecarCollector(Collector):
         self._history_errors = history_errors  # None: no history configured, no such series
         #: the daemon's reload status (set by the daemon; None: no reload series)
         self.reload_status: Callable[[], ReloadStatus] | None = None
+        #: values refused since the start (EXPORT_ERRORS), and the names already logged
+        self.export_errors = 0
+        self._refused: set[str] = set()
 
     def reconfigure(self, states: Sequence[TargetState], staleness_s: float) -> None:
         """Export these targets with this staleness from the next collect() on (a reload)."""
@@ -126,53 +129,38 @@ class SidecarCollector(Collector):
             fresh = snap.last_success_wall is not None and now - snap.last_success_wall <= staleness_s
             if not fresh:
                 continue
-            for (model_name, engine), d in snap.derived.items():
-                key = [target, model_name, engine]
-                add("kvcache_usage_ratio", key, d.usage_ratio)
-                add("kvcache_capacity_tokens", key, d.capacity_tokens)
-                add("kvcache_used_tokens", key, d.used_tokens)
-                add("kvcache_free_tokens", key, d.free_tokens)
-                add("kvcache_watermark_headroom_tokens", key, d.watermark_headroom_tokens)
-                add("kvcache_prefix_cache_queries_tokens_total", key, d.prefix_cache_queries_tokens)
-                add("kvcache_prefix_cache_hits_tokens_total", key, d.prefix_cache_hits_tokens)
-                add("kvcache_preemptions_total", key, d.preemptions)
-                add("kvcache_prefix_cache_hit_ratio", key, d.prefix_cache_hit_ratio)
-                add("kvcache_preemptions_per_second", key, d.preemptions_per_second)
-                add("kvcache_requests_running", key, d.requests_running)
-                for reason, n in sorted(d.requests_waiting.items()):
-                    add("kvcache_requests_waiting", key + [reason], n)
-                if d.engine_asleep is not None:
-                    add("kvcache_engine_asleep", key, 1.0 if d.engine_asleep else 0.0)
-                cc = snap.cache_configs.get((model_name, engine), {})
-                pool = d.pool
-                add(
-                    "kvcache_server_info",
-                    key
-                    + [
-                        snap.engine_kind or "",
-                        snap.generation or "",
-                        cc.get("block_size", ""),
-                        cc.get("num_gpu_blocks", ""),
-                        cc.get("cache_dtype", ""),
-                        cc.get("gpu_memory_utilization", ""),
-                        cc.get("kv_cache_memory_bytes", ""),
-                        cc.get("enable_prefix_caching", ""),
-                        "true" if pool and pool.hybrid else "false",
-                    ],
-                    1.0,
-                )
-                utilization = _number(cc.get("gpu_memory_utilization"))
-                if utilization is not None:
-                    add("kvcache_gpu_memory_utilization", key, utilization)
-                for name, value in snap.extra.get((model_name, engine), {}).items():
-                    if isinstance(value, dict):
-                        for extra_labels, v in value.items():
-                            add(name, key + list(extra_labels), v)
-                    else:
-                        add(name, key, value)  # type: ignore[arg-type]
+            for (model_name, engine), values in snap.values.items():
+                self._add_values(fams, [target, model_name, engine], values)
 
         self._add_own(fams)
-        yield from fams.values()
+        for name, fam in fams.items():
+            if name != EXPORT_ERRORS or self.export_errors:  # a healthy page has no such family
+                yield fam
+
+    def _add_values(self, fams: dict[str, _Family], key: list[str], values: Values) -> None:
+        """One engine's values into their families. A value whose row is not the catalogue's, or whose
+        labels do not fit it, is refused: logged once per name and counted (EXPORT_ERRORS), never a
+        failed page."""
+        for doc, value in values.items():
+            fam = fams.get(doc.name)
+            try:
+                row = BY_NAME.get(doc.name)
+                if fam is None or (row is not doc and row != doc):
+                    raise KeyError(f"{doc.name} is not a row of sidecar.metrics.CATALOGUE")
+                _add(fam, doc, key, value)
+            except (KeyError, ValueError, TypeError) as e:
+                self._refuse(doc, e)
+
+    def _refuse(self, doc: MetricDoc, error: Exception) -> None:
+        self.export_errors += 1
+        if doc.name not in self._refused:
+            self._refused.add(doc.name)
+            log.error(
+                "exporter refused a value of %s: %s (a derivation bug; counted in %s, logged once per name)",
+                doc.name,
+                error,
+                EXPORT_ERRORS,
+            )
 
     def _add_own(self, fams: dict[str, CounterMetricFamily | GaugeMetricFamily]) -> None:
         """The sidecar's own series: its version, its history's write errors when it keeps one, and the
@@ -185,4 +173,46 @@ class SidecarCollector(Collector):
             fams["kvcache_sidecar_config_last_reload_success_timestamp_seconds"].add_metric([], status.last_success_s)
             fams["kvcache_sidecar_config_reloads_total"].add_metric(["success"], float(status.successes))
             fams["kvcache_sidecar_config_reloads_total"].add_metric(["failure"], float(status.failures))
+        if self.export_errors:
+            fams[EXPORT_ERRORS].add_metric([], float(self.export_errors))
         fams["kvcache_sidecar_build_info"].add_metric([__version__], 1.0)
+
+
+def _add(fam: _Family, doc: MetricDoc, key: list[str], value: Gauge) -> None:
+    """One engine's value of ``doc`` into its family: a number, or a number per tuple of the row's
+    labels beyond :data:`~sidecar.metrics.KEY`; None and NaN are not exported.
+
+    The whole value is checked before any sample is added, and anything that is not what
+    :data:`~sidecar.metrics.Gauge` says (a string, a label that is not a string, an int too large for a
+    float) raises :class:`ValueError`: the caller refuses and counts it. Left through, a non-string label
+    would fail ``generate_latest`` for the whole page, after ``collect()`` returned.
+    """
+    if value is None:
+        return
+    samples: list[tuple[list[str], float]] = []
+    if isinstance(value, int | float):
+        if len(doc.labels) != len(KEY):
+            raise ValueError(f"a number for a row labelled {doc.labels}")
+        samples.append((key, _number(value)))
+    elif isinstance(value, Mapping):
+        extra = len(doc.labels) - len(KEY)
+        for labels, v in value.items():
+            if not isinstance(labels, tuple) or len(labels) != extra or not all(isinstance(x, str) for x in labels):
+                raise ValueError(f"labels {labels!r} for a row labelled {doc.labels}")
+            if v is not None:
+                samples.append((key + list(labels), _number(v)))
+    else:
+        raise ValueError(f"a {type(value).__name__} is not a gauge value")
+    for label_values, number in samples:
+        if not math.isnan(number):
+            fam.add_metric(label_values, number)
+
+
+def _number(value: object) -> float:
+    """``value`` as a float; :class:`ValueError` for what is not a real number (a string, an int past a float)."""
+    if not isinstance(value, int | float):
+        raise ValueError(f"{value!r} is not a number")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{value!r} does not fit a float") from None

@@ -61,7 +61,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import files
+from . import input_files
 
 #: ``PRAGMA application_id`` of a history file: "KVSH" in ASCII.
 APPLICATION_ID = 0x4B565348
@@ -305,7 +305,7 @@ class HistoryStore:
         if path.is_dir():
             raise HistoryError(f"{path}: a directory, not a history file; name a file in it ({path}/history.sqlite)")
         for part in (path, _wal_path(path)):  # before SQLite opens them: opening a FIFO waits for a writer
-            if (kind := files.not_regular(part)) is not None:
+            if (kind := input_files.not_regular(part)) is not None:
                 raise HistoryError(f"{part}: is {kind}, not a regular file; set history.path to a file")
         exists = path.exists()
         if read_only and not exists:

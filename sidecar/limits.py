@@ -250,7 +250,7 @@ LIMITS: tuple[Limit, ...] = (
         "bytes",
         "a YAML configuration file (--config.file, --web.config.file); the example with every field is about 10 KiB",
         "exit 2: the file is refused by its size before it is parsed",
-        "a constant (sidecar/files.py YAML_MAX_BYTES): split the file if a real one ever needs more",
+        "a constant (sidecar/input_files.py YAML_MAX_BYTES): split the file if a real one ever needs more",
     ),
     Limit(
         "config.depth",
@@ -258,7 +258,7 @@ LIMITS: tuple[Limit, ...] = (
         "levels",
         "nesting of mappings and lists in a YAML or JSON file; real files nest 4 levels deep",
         "exit 2, naming the line where the bound is crossed",
-        "a constant (sidecar/files.py MAX_DEPTH)",
+        "a constant (sidecar/input_files.py MAX_DEPTH)",
     ),
     Limit(
         "config.alias_nodes",
@@ -267,7 +267,7 @@ LIMITS: tuple[Limit, ...] = (
         "values a YAML document expands to through its anchors and aliases (a full configuration has a few "
         "hundred): the 'billion laughs' document is refused after its first aliases",
         "exit 2, naming the line of the alias that crosses it",
-        "a constant (sidecar/files.py YAML_MAX_NODES): write the values out instead of multiplying them",
+        "a constant (sidecar/input_files.py YAML_MAX_NODES): write the values out instead of multiplying them",
     ),
     Limit(
         "config.integer_digits",
@@ -275,7 +275,7 @@ LIMITS: tuple[Limit, ...] = (
         "characters",
         "an integer in a YAML or JSON file (no count or size the sidecar reads has more than 20 digits)",
         "exit 2, naming the line",
-        "a constant (sidecar/files.py MAX_INT_DIGITS)",
+        "a constant (sidecar/input_files.py MAX_INT_DIGITS)",
     ),
     Limit(
         "config.token_file_size",
@@ -283,7 +283,7 @@ LIMITS: tuple[Limit, ...] = (
         "bytes",
         "a bearer-token file (targets[].bearer_token_file); a Kubernetes service-account token is about 1 KiB",
         "exit 2 at start; at a scrape, a failed scrape",
-        "a constant (sidecar/files.py TOKEN_MAX_BYTES)",
+        "a constant (sidecar/input_files.py TOKEN_MAX_BYTES)",
     ),
     Limit(
         "config.duration",
@@ -308,7 +308,7 @@ LIMITS: tuple[Limit, ...] = (
         "bytes",
         "a model's config.json (model.config, --model-config); real ones are a few KiB",
         "exit 2 (check-config, capacity); in run, the capacity gauges stay absent and the reason is logged once",
-        "a constant (sidecar/files.py JSON_MAX_BYTES)",
+        "a constant (sidecar/input_files.py JSON_MAX_BYTES)",
     ),
     Limit(
         "model.index_size",
@@ -316,7 +316,7 @@ LIMITS: tuple[Limit, ...] = (
         "bytes",
         "model.safetensors.index.json beside config.json: one line per tensor, a few MB for the largest models",
         "as model.config_size",
-        "a constant (sidecar/files.py INDEX_MAX_BYTES)",
+        "a constant (sidecar/input_files.py INDEX_MAX_BYTES)",
     ),
     Limit(
         "model.layers",

@@ -1,7 +1,9 @@
 """The catalogue of every metric the sidecar exports: one row each.
 
-The exporter builds its families from these rows (name, type, HELP),
-``docs/metrics.md`` and the README's short table of :data:`ONCALL` are
+The exporter builds its families from these rows (name, type, HELP), and
+every derived value travels to it keyed by its row (:data:`Values`, the rows
+looked up once at import with :func:`entry`, so a misspelt name fails at
+import, not at a scrape); ``docs/metrics.md`` and the README's short table of :data:`ONCALL` are
 generated from them (:mod:`sidecar.artifacts.docs`, ``make generate``;
 ``kv-sidecar docs`` prints the full table), and ``tests/test_metric_docs.py``
 fails when the docs, this table and what the exporter actually emits disagree.
@@ -10,6 +12,7 @@ Data only: no formatting here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 KEY = ("target", "model_name", "engine")
@@ -103,6 +106,27 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         KEY,
         "Requests preempted for lack of KV blocks (vllm:num_preemptions_total; resets on restart).",
         "Any sustained rate means the cache is too small for the load: see KVCachePreemptions.",
+    ),
+    MetricDoc(
+        "kvcache_offload_usage_ratio",
+        "gauge",
+        "ratio",
+        KEY + ("tier",),
+        "The offload tier's usage 0-1 beside the GPU pool's kvcache_usage_ratio: tier=cpu is "
+        "vllm:kv_offload_cpu_cache_usage_perc (experimental in vLLM), the CPU blocks pinned by transfers in "
+        "flight; blocks holding only evictable cache count as free.",
+        "Near 1 for long: stores to the CPU tier are dropped (raise --kv-offloading-size); the GPU pool's "
+        "headroom is kvcache_watermark_headroom_tokens.",
+    ),
+    MetricDoc(
+        "kvcache_admission_rejections_total",
+        "counter",
+        "requests",
+        KEY + ("reason",),
+        "Requests the engine refused at admission, by its reason (vLLM: vllm:admission_rejections_total, "
+        "the 503s of --max-num-queued-reqs/-tokens; on the model's lowest engine, as vLLM counts them per "
+        "model; resets on restart).",
+        "Capacity pressure beside preemptions: a rising rate means clients get 503s because the queue is full.",
     ),
     MetricDoc(
         "kvcache_prefix_cache_hit_ratio",
@@ -285,10 +309,12 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "gauge",
         "ratio",
         KEY + ("basis",),
-        "--gpu-memory-utilization at which the peak demand over forecast.peak_window sits at "
-        "thresholds.target_usage: u0 + (C* - C0) x bytes_per_token / M, clamped; basis=configured GPU "
-        "memory or inferred from the capacity model.",
-        "Apply it on the next deploy when the recommendation says raise/lower_gpu_memory_utilization.",
+        "The engine's memory fraction (vLLM --gpu-memory-utilization, SGLang --mem-fraction-static, "
+        "TensorRT-LLM free_gpu_memory_fraction) at which the peak demand over forecast.peak_window sits at "
+        "thresholds.target_usage: u0 + (C* - C0) x bytes_per_token / M, clamped (TensorRT-LLM: in proportion "
+        "to its blocks); basis=configured or inferred GPU memory, or proportional (TensorRT-LLM).",
+        "Apply it on the next deploy as the setting kvcache_recommendation_info's action names "
+        "(raise/lower_gpu_memory_utilization, _mem_fraction_static, _free_gpu_memory_fraction).",
     ),
     MetricDoc(
         "kvcache_suggested_kv_cache_memory_bytes",
@@ -370,7 +396,9 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         ("target", "reason"),
         "Series read from the target but not used, by reason: invalid_value (NaN, a negative count, a usage "
         "outside 0-1), duplicate_series (the whole family), histogram_mismatch (one per histogram), "
-        "label_values (past targets[].label_values_limit). All exported at 0 from the start.",
+        "label_values (past targets[].label_values_limit), no_capacity (one per engine and scrape: the engine's "
+        "page gives no KV capacity and targets[].capacity_tokens is not set: capacity, free, headroom and "
+        "time-until-full are not exported). All exported at 0 from the start.",
         "Rising: the page the target serves is broken or hostile; the sidecar's log names the series.",
     ),
     MetricDoc(
@@ -389,6 +417,16 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "Times vLLM's cache configuration (vllm:cache_config_info) changed between scrapes: a restart "
         "with new settings.",
         "Expected after a deploy; unexpected ones mean someone changed vLLM's flags.",
+    ),
+    MetricDoc(
+        "kvcache_sidecar_export_errors_total",
+        "counter",
+        "values",
+        (),
+        "Derived values the exporter refused since the start: a name not in the catalogue or labels that do "
+        "not fit its row (a bug, logged once per name; the rest of the page is served). Exported only once "
+        "non-zero, so a healthy sidecar's page does not change.",
+        "Above 0: a derivation layer has a bug; report the sidecar's log line with its version.",
     ),
     MetricDoc(
         "kvcache_sidecar_history_write_errors_total",
@@ -440,6 +478,22 @@ CATALOGUE: tuple[MetricDoc, ...] = (
 )
 
 BY_NAME = {m.name: m for m in CATALOGUE}
+
+#: One derived value of one engine: a number (None = not exported), or for a row with labels beyond
+#: :data:`KEY` a number per tuple of those labels' values (``{("capacity",): 56.0}``).
+Gauge = float | None | Mapping[tuple[str, ...], float]
+#: What a derivation gives for one engine: a value per catalogue row. The exporter refuses (logs once
+#: and counts) a row that is not one of :data:`CATALOGUE`'s.
+Values = Mapping[MetricDoc, Gauge]
+
+
+def entry(name: str) -> MetricDoc:
+    """The catalogue row called ``name``; :class:`KeyError` naming it when there is none."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"{name} is not in sidecar.metrics.CATALOGUE: add its row first") from None
+
 
 #: The ten gauges on-call reads first, in reading order (the README's short table).
 ONCALL = (

@@ -10,7 +10,7 @@ and ``--web.config.file``), validates it whole, and either applies all of it or 
   the history file, turning TLS on or off) refuses the reload in the same way, naming the setting,
   so a half-applied configuration never runs;
 * a good one is applied by the daemon (``apply``: targets that are unchanged keep their state and
-  scrape jobs, see :meth:`sidecar.daemon.Sidecar.apply`).
+  scrape jobs, see :meth:`sidecar.scrape_loop.Sidecar.apply`).
 
 A file is read only when it holds a whole configuration: one caught empty, or without the
 ``targets:`` section it had when last applied (an editor or a ConfigMap update writing it, a
@@ -33,8 +33,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from . import files
+from . import input_files
 from .config import Config, ConfigError
+from .reload_status import ReloadStatus as ReloadStatus  # re-exported: the old import path works
 from .units import format_duration
 from .webconfig import WebConfig
 
@@ -43,7 +44,7 @@ log = logging.getLogger("kv_sidecar.reload")
 #: How often the watched files are read when ``--config.auto-reload-interval`` is not given.
 DEFAULT_WATCH_INTERVAL_S = 5.0
 #: A watched file is hashed up to this size: the most a configuration file may hold.
-MAX_WATCHED_BYTES = files.YAML_MAX_BYTES
+MAX_WATCHED_BYTES = input_files.YAML_MAX_BYTES
 
 #: Settings a running daemon cannot change: (field, its value in a Config, why).
 RESTART_ONLY: tuple[tuple[str, Callable[[Config], object], str], ...] = (
@@ -52,16 +53,6 @@ RESTART_ONLY: tuple[tuple[str, Callable[[Config], object], str], ...] = (
     ("history.retention", lambda c: c.history.retention_s, "the history file is opened with it"),
     ("history.max_size", lambda c: c.history.max_bytes, "the history file is opened with it"),
 )
-
-
-@dataclass(frozen=True)
-class ReloadStatus:
-    """What the reload series export; replaced whole (the HTTP thread reads it while the loop writes)."""
-
-    successful: bool
-    last_success_s: float  # Unix time
-    successes: int = 0
-    failures: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,13 +73,13 @@ class Sources:
 def fingerprint(path: str) -> str:
     """A digest of the file's content as the path reads now (symlinks followed), or why it cannot be read.
 
-    Read as the configuration is (:func:`sidecar.files.read_bytes`): a regular file only, without
+    Read as the configuration is (:func:`sidecar.input_files.read_bytes`): a regular file only, without
     blocking (a FIFO would block the poll), up to :data:`MAX_WATCHED_BYTES`; a larger file's
     fingerprint is its size, which the configuration refuses anyway.
     """
     try:
-        content = files.read_bytes(path, max_bytes=MAX_WATCHED_BYTES, what="a configuration file")
-    except files.FileProblem as e:
+        content = input_files.read_bytes(path, max_bytes=MAX_WATCHED_BYTES, what="a configuration file")
+    except input_files.FileProblem as e:
         return "not a regular file" if e.reason.endswith("not a regular file") else f"unreadable: {e.reason}"
     return hashlib.sha256(content).hexdigest()
 
@@ -97,8 +88,8 @@ def shape(path: str) -> frozenset[str] | None:
     """The top-level keys of the YAML mapping in ``path`` (empty: the file holds nothing); None when it
     cannot be read or parsed (the configuration's own reading says why)."""
     try:
-        data = files.read_yaml(path)
-    except files.FileProblem:
+        data = input_files.read_yaml(path)
+    except input_files.FileProblem:
         return None
     if data is None:
         return frozenset()

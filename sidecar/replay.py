@@ -1,15 +1,13 @@
 """Replay a simulated vLLM through the daemon's own code, in simulated time.
 
 Used by :mod:`sidecar.forecast_validation` (hence ``bench/forecast.py``) and
-``tests/forecast_validation``. Each
-:meth:`Replay.step` renders the simulator's ``/metrics`` body and runs the
-three calls :meth:`sidecar.daemon.Sidecar.scrape_once` makes after its HTTP
-fetch, with nothing changed:
+``tests/forecast_validation``. Each :meth:`Replay.step` renders the simulator's ``/metrics`` body
+and runs what :meth:`sidecar.scrape_loop.Sidecar.scrape_once` runs after its HTTP fetch, with nothing
+changed:
 
-1. ``Sidecar.read_body`` (:meth:`Pipeline.read`): ``parse.decode`` + the Sidecar's own per-target
-   ``parse.FilteredParser`` (the pre-filtered parse),
-2. ``adapter("vllm").normalise`` (the vLLM adapter),
-3. ``state.ingest_success(..., extenders=build_extenders(config))`` with
+1. the read pipeline, :func:`sidecar.pipeline.read_page` (decode, the pre-filtered parse with the
+   target's own :func:`~sidecar.pipeline.parser_for`, the vLLM adapter, the target's limits),
+2. ``Sidecar.record`` (``state.ingest_success(..., extenders=build_extenders(config))``) with
    ``sample_time`` = the simulator's clock (what a ``clock: simulated`` target
    takes from the ``X-Simulated-Time`` header), so the capacity and forecast
    layers see exactly what the daemon would feed them.
@@ -17,7 +15,7 @@ fetch, with nothing changed:
 While the simulator is down (a ``restart`` scenario) the daemon's fetch gets a
 503: that is ``state.ingest_failure(state, "http_5xx")`` here too.
 
-Gauges are read back from the :class:`~sidecar.daemon.Sidecar`'s own
+Gauges are read back from the :class:`~sidecar.scrape_loop.Sidecar`'s own
 Prometheus registry (the exporter's ``collect()``), whose clock is the
 simulated one so the staleness limit is applied in simulated seconds.
 
@@ -35,10 +33,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from .config import Config, load_config
-from .daemon import Sidecar
 from .generations import Generation
+from .history import HistoryStore
 from .layers import build_extenders
 from .observation import EngineScrape
+from .pipeline import parser_for, read_page
+from .scrape_loop import Sidecar
 from .simulator import Simulator
 from .state import ingest_failure
 
@@ -86,27 +86,29 @@ def replay_config(
 class Pipeline:
     """One in-process :class:`Sidecar` (with ``build_extenders(config)``) on a clock the caller sets.
 
-    :meth:`ingest` is the tail of ``Sidecar.scrape_once``: ``ingest_success``
-    with ``sample_time`` = wall time = the simulated time of the body, or
+    :meth:`read` is :func:`sidecar.pipeline.read_page`; :meth:`ingest` is the tail of
+    ``Sidecar.scrape_once``: ``ingest_success`` with ``sample_time`` = wall time = the simulated time of the body, or
     ``ingest_failure(..., "http_5xx")`` when the server answered 503.
     """
 
-    def __init__(self, config: Config, model_name: str) -> None:
+    def __init__(self, config: Config, model_name: str, *, history: HistoryStore | None = None) -> None:
+        """``history``: the embedded history the sidecar appends to (:meth:`Sidecar.record_history`)."""
         self.config = config
         self.now = 0.0
         # The exporter's staleness check reads this clock: simulated seconds, like the samples.
-        self.sidecar = Sidecar(config, build_extenders(config), clock=lambda: self.now)
+        self.sidecar = Sidecar(config, build_extenders(config), clock=lambda: self.now, history=history)
         self.state = self.sidecar.states[0]
         self.labels = {"target": self.state.target.name, "model_name": model_name, "engine": "0"}
+        self._parser = parser_for(self.state.target)
         self._page: dict[tuple[str, tuple[tuple[str, str], ...]], float] | None = None
 
     def read(self, body: bytes) -> EngineScrape:
-        """What ``Sidecar.scrape_once`` makes of a fetched body: this Sidecar's own ``read_body``.
+        """What ``Sidecar.scrape_once`` makes of a fetched body: the read pipeline, with this target's parser.
 
         One pipeline's read can feed others (the parse does not depend on the forecast settings),
         so that each page is parsed once.
         """
-        return self.sidecar.read_body(self.state, body)
+        return read_page(self.state.target, self._parser, body)
 
     def ingest(self, t: float, scrape: EngineScrape | None) -> None:
         """One scrape at simulated time ``t``; ``scrape`` None = the target was down (HTTP 503)."""

@@ -1,10 +1,10 @@
 """Fetching a target's ``/metrics`` (the HTTP edge): limits, and one reason per failure.
 
-Every failure is classified into a fixed set of reasons (:data:`REASONS`), all
-exported from the start at 0 so that a rate() over them works before the first
-failure. The body is streamed and the download stops at the size limit; the
-whole exchange (connect, headers, body) is bounded by the target's timeout,
-so a server that drips its body slowly is a ``timeout``, not a hang.
+Every failure is classified into a fixed set of reasons (:data:`sidecar.reasons.REASONS`, re-exported
+here for the importers of the old path), all exported from the start at 0 so that a rate() over them
+works before the first failure. The body is streamed and the download stops at the size limit; the
+whole exchange (connect, headers, body) is bounded by the target's timeout, so a server that drips its
+body slowly is a ``timeout``, not a hang.
 """
 
 from __future__ import annotations
@@ -19,36 +19,11 @@ import httpx
 from . import __version__
 from .config import TargetConfig, read_bearer_token
 
-#: Why a scrape failed; fixed so the error counter's cardinality is bounded.
-REASONS: tuple[str, ...] = (
-    "refused",  # connection refused, reset or unreachable
-    "timeout",  # no complete answer within the target's timeout
-    "http_4xx",
-    "http_5xx",
-    "too_large",  # body above targets[].body_size_limit
-    "invalid_text",  # not UTF-8 exposition text, or the parser rejected it
-    "empty",  # 200 with an empty body
-    "no_engine_metrics",  # 200 with text, but no family of the target's engine
-    "token_file",  # targets[].bearer_token_file missing or not one token: nothing was sent
-    "sample_limit",  # more sample lines of the families read than targets[].sample_limit
-    "label_limit",  # a series read past targets[].label_limit or a label length limit
-    "invalid_value",  # a number the capacity stands on cannot be one (vllm:cache_config_info)
-    "parse_timeout",  # the page was fetched but not read within the rest of targets[].timeout
-)
+# re-exported: the old import path keeps working
+from .reasons import REASONS as REASONS
+from .reasons import ScrapeFailed as ScrapeFailed
 
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
-
-
-class ScrapeFailed(Exception):
-    """A failed scrape: its reason (one of :data:`REASONS`), a detail for the log, and the field at
-    fault when there is one (a run of failures is logged again when the reason or the field changes)."""
-
-    def __init__(self, reason: str, detail: str, field: str | None = None):
-        assert reason in REASONS, reason
-        self.reason = reason
-        self.detail = detail
-        self.field = field
-        super().__init__(f"{reason}: {detail}")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Every configuration setting, one row each: the table the rest is generated from.
 
 A row (:class:`Setting`) says where a setting lives in the YAML (section, key), how its
-value is read and checked (its parser, from :mod:`sidecar.parsers`), its default, its
+value is read and checked (its parser, from :mod:`sidecar.setting_parsers`), its default, its
 ``KV_SIDECAR_*`` environment variable and ``kv-sidecar run`` flag (when it has them) and a
 one-line help. From these rows come:
 
@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .artifacts.params import RuleParams, Thresholds
+from .alert_params import RuleParams
 from .engines import ADAPTERS
-from .parsers import (
+from .setting_parsers import (
     BaseUrl,
     Boolean,
     Choice,
@@ -46,6 +46,7 @@ from .parsers import (
     Url,
     VllmVersion,
 )
+from .thresholds import Thresholds
 from .units import format_duration
 
 if TYPE_CHECKING:
@@ -62,7 +63,9 @@ MAX_DEFAULT_TIMEOUT_S = 10.0
 #: The staleness when none is given: this many scrape intervals, at least MIN_STALENESS_S.
 STALENESS_SCRAPES = 3
 MIN_STALENESS_S = 60.0
-ENGINES = tuple(ADAPTERS)  # one adapter per inference-server family (sidecar/engines/)
+#: ``targets[].engine``: read the engine whose signature families the page carries, detected at every scrape.
+AUTO_ENGINE = "auto"
+ENGINES = (AUTO_ENGINE, *ADAPTERS)  # auto, or one adapter per inference-server family (sidecar/engines/)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("logfmt", "json")
 CLOCKS = ("wall", "simulated")
@@ -459,8 +462,21 @@ TARGET_SETTINGS: tuple[Setting, ...] = (
         "targets",
         "engine",
         Choice(ENGINES, template="{text!r} is not supported (supported: {options})"),
-        "vllm",
-        "the adapter that reads the server's metrics (sidecar/engines/)",
+        AUTO_ENGINE,
+        "the adapter that reads the server's metrics (sidecar/engines/); auto: the engine whose families the "
+        'page carries, found at every scrape (a page with two engines\' fails: reason="mixed_engines"); '
+        "naming one skips the detection",
+    ),
+    Setting(
+        "targets",
+        "capacity_tokens",
+        Number(int, minimum=1, metavar="TOKENS"),
+        None,
+        "the engine's KV capacity in tokens when its page does not say it (TGI: max_batch_total_tokens as "
+        "logged at start-up, 'Setting max batch total tokens to N'; llama.cpp: --ctx-size); SGLang (per DP "
+        "rank) and TensorRT-LLM use it only when their page has none; vLLM ignores it",
+        shown_default="none (the page's own figure)",
+        example="262144",
     ),
     Setting(
         "targets",

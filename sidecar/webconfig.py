@@ -48,7 +48,7 @@ from typing import Any
 
 import bcrypt
 
-from . import files
+from . import input_files
 from .config import ConfigError, did_you_mean, read_yaml
 
 log = logging.getLogger("kv_sidecar.web")
@@ -413,8 +413,8 @@ def _readable(path: str) -> str | None:
     """Why ``path`` cannot be read (None when it can): a regular file of at most :data:`PEM_MAX_BYTES`,
     checked without blocking (OpenSSL, which reads it next, would wait on a FIFO forever)."""
     try:
-        files.read_bytes(path, max_bytes=PEM_MAX_BYTES, what="a PEM file")
-    except files.FileProblem as e:
+        input_files.read_bytes(path, max_bytes=PEM_MAX_BYTES, what="a PEM file")
+    except input_files.FileProblem as e:
         return e.reason
     return None
 

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from sidecar import cli
+from sidecar.alert_params import RuleParams
 from sidecar.artifacts import cli as rules_cli
 from sidecar.artifacts import generate
-from sidecar.artifacts.params import RuleParams
 from sidecar.config import (
     ENV_VARS,
     HOLDERS,

@@ -86,8 +86,8 @@ BAD = {
         "targets[1].name: 'a' is used by another target",
     ),
     "unknown-engine": (
-        "targets:\n  - {url: 'http://a:8000/metrics', engine: tgi}\n",
-        "targets[0].engine: 'tgi' is not supported",
+        "targets:\n  - {url: 'http://a:8000/metrics', engine: ollama}\n",
+        "targets[0].engine: 'ollama' is not supported",
     ),
     "missing-token-file": (
         "targets:\n  - {url: 'http://a:8000/metrics', bearer_token_file: /nonexistent/token}\n",
@@ -222,6 +222,19 @@ def test_every_problem_is_reported_at_once(tmp_path):
         load_config(str(f), env={})
     fields = [p.split(":")[0] for p in e.value.problems]
     assert fields == ["scrape.intervall", "log.format", "thresholds.watermark", "targets[0].url"]
+
+
+def test_a_capacity_in_tokens_is_read_for_engines_whose_page_lacks_it(tmp_path):
+    """targets[].capacity_tokens: TGI's max_batch_total_tokens as its start-up log prints it
+    ("Setting max batch total tokens to 262144"); unset by default, and a count of at least 1."""
+    f = tmp_path / "tgi.yaml"
+    f.write_text("targets: [{url: 'http://tgi:80/metrics', capacity_tokens: 262144}, 'http://vllm:8000/metrics']\n")
+    tgi, vllm = load_config(str(f), env={}).targets
+    assert (tgi.capacity_tokens, vllm.capacity_tokens) == (262144, None)
+    f.write_text("targets: [{url: 'http://tgi:80/metrics', capacity_tokens: 0}]\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(f), env={})
+    assert e.value.problems == ["targets[0].capacity_tokens: must be at least 1, got 0"]
 
 
 def test_bad_values_from_the_environment_say_so():

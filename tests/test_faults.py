@@ -12,8 +12,8 @@ from harness import Harness
 from processes import free_port
 
 from sidecar.config import load_config
-from sidecar.daemon import Sidecar
-from sidecar.scrape import REASONS
+from sidecar.reasons import REASONS
+from sidecar.scrape_loop import Sidecar
 
 FULL_A = (CPU_032 / "gqa-6mib_full-a.txt").read_bytes()
 FULL_B = (CPU_032 / "gqa-6mib_full-b.txt").read_bytes()

@@ -15,8 +15,9 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.config import build_config
-from sidecar.daemon import MAX_HISTORY_BACKLOG, HistoryWriter, Sidecar, open_history
 from sidecar.history import HistoryStore
+from sidecar.history_writer import MAX_HISTORY_BACKLOG, HistoryWriter, open_history
+from sidecar.scrape_loop import Sidecar
 from sidecar.simulator import SimConfig, Simulator
 from sidecar.simulator.server import SimServer
 

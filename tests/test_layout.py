@@ -1,4 +1,29 @@
-"""The shape of the house: no import cycle in the package, deferred imports included.
+"""The shape of the house: the layers and which may import which, and no import cycle.
+
+A module may import modules of its own layer and of the layers below it, never above (a row's
+``may import`` column). The table is :data:`LAYERS`; :func:`test_the_docstring_shows_the_table` keeps
+this copy of it true:
+
+    layer     may import                 modules
+    core      core                       sidecar (the version), units, reasons, thresholds,
+                                         alert_params, reload_status, generations, limits, metrics,
+                                         observation, derive, page_parser, input_files, atomic_write,
+                                         logs, capacity.*, forecast.*
+    engines   core                       engines.*
+    config    core, engines              setting_parsers, settings, config, model_discovery
+    layers    core .. config             state, exporter, layers.*
+    pipeline  core .. layers             pipeline
+    edge      core .. pipeline           scrape, page_readers, history, history_writer, model_source,
+                                         scrape_loop, reload, webconfig, endpoint, daemon, outbound,
+                                         prometheus_api
+    apps      every layer                cli, demo, replay, forecast_validation, capacity.cli,
+                                         artifacts.*, report.*, simulator.*
+
+``settings`` sits above ``engines`` because ``targets[].engine`` lists the adapters. A module's row
+is its longest matching entry (``capacity.cli`` is an app, the rest of ``capacity.*`` is core; ``x.*``
+is the package ``x`` and every module under it). Known exceptions (:data:`KNOWN_EXCEPTIONS`) are
+edges of today's code that break the table, each with why and what removes it; one that no longer
+occurs fails the test too, so the list stays true. Today there is none.
 
 A cycle hidden behind an import inside a function still couples two modules both ways; it only
 moves the failure from import time to call time. The graph is read from the source with ``ast``
@@ -88,6 +113,143 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return out
+
+
+#: The layers, lowest first: (name, modules). A module is named without the ``sidecar.`` prefix
+#: (``sidecar`` itself is the package's ``__init__``); ``x.*`` is the package ``x`` and every module under it.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "core",
+        (
+            "sidecar",
+            "units",
+            "reasons",
+            "thresholds",
+            "alert_params",
+            "reload_status",
+            "generations",
+            "limits",
+            "metrics",
+            "observation",
+            "derive",
+            "page_parser",
+            "input_files",
+            "atomic_write",
+            "logs",
+            "capacity.*",
+            "forecast.*",
+        ),
+    ),
+    ("engines", ("engines.*",)),
+    ("config", ("setting_parsers", "settings", "config", "model_discovery")),
+    ("layers", ("state", "exporter", "layers.*")),
+    ("pipeline", ("pipeline",)),
+    (
+        "edge",
+        (
+            "scrape",
+            "page_readers",
+            "history",
+            "history_writer",
+            "model_source",
+            "scrape_loop",
+            "reload",
+            "webconfig",
+            "endpoint",
+            "daemon",
+            "outbound",
+            "prometheus_api",
+        ),
+    ),
+    (
+        "apps",
+        (
+            "cli",
+            "demo",
+            "replay",
+            "forecast_validation",
+            "capacity.cli",
+            "artifacts.*",
+            "report.*",
+            "simulator.*",
+        ),
+    ),
+)
+
+#: Imports of today's code that go up the table: (importer, imported) -> why, and what removes it.
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+
+def _short(module: str) -> str:
+    return module if module == "sidecar" else module.removeprefix("sidecar.")
+
+
+def layer_of(module: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS) -> int | None:
+    """The index in ``layers`` of ``module``'s row (its longest matching entry), None when it has none."""
+    name, best = _short(module), None
+    for index, (_, entries) in enumerate(layers):
+        for entry in entries:
+            package = entry.removesuffix(".*") if entry.endswith(".*") else None
+            if entry == name or (package is not None and (name == package or name.startswith(package + "."))):
+                if best is None or len(entry) > best[0]:
+                    best = (len(entry), index)
+    return None if best is None else best[1]
+
+
+def upward_imports(
+    graph: dict[str, set[str]], layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS
+) -> dict[tuple[str, str], str]:
+    """Every import of a module from a higher layer: (importer, imported) -> "layer -> layer"."""
+    out: dict[tuple[str, str], str] = {}
+    for module, imported in graph.items():
+        low = layer_of(module, layers)
+        for dep in imported:
+            high = layer_of(dep, layers)
+            if low is not None and high is not None and high > low:
+                out[(_short(module), _short(dep))] = f"{layers[low][0]} -> {layers[high][0]}"
+    return out
+
+
+def test_every_module_has_a_layer():
+    """A new module needs a row: where it sits is a decision, not an accident."""
+    missing = sorted(_short(m) for m in import_graph() if layer_of(m) is None)
+    assert not missing, f"add these modules to LAYERS in tests/test_layout.py: {missing}"
+
+
+def test_imports_go_down_the_layers():
+    upward = upward_imports(import_graph())
+    new = {edge: how for edge, how in upward.items() if edge not in KNOWN_EXCEPTIONS}
+    assert not new, f"imports up the layers (tests/test_layout.py's table): {new}"
+    gone = sorted(set(KNOWN_EXCEPTIONS) - set(upward))
+    assert not gone, f"known exceptions that no longer occur, delete them from KNOWN_EXCEPTIONS: {gone}"
+
+
+def test_an_upward_import_is_found(tmp_path):
+    """A core module that imports the edge breaks the table (else the check above could not fail)."""
+    pkg = tmp_path / "sidecar"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "units.py").write_text("def f():\n    from .daemon import serve\n")
+    (pkg / "daemon.py").write_text("from . import units\n")
+    assert upward_imports(import_graph(pkg)) == {("units", "daemon"): "core -> edge"}
+
+
+def test_the_docstring_shows_the_table():
+    """The module's docstring lists every entry of :data:`LAYERS` under its layer, in the table's order."""
+    assert __doc__ is not None
+    rows = __doc__.split("    layer     may import", 1)[1].split("\n\n", 1)[0]
+    shown: dict[str, str] = {}
+    name = ""
+    for line in rows.splitlines()[1:]:
+        if line[4:5].strip():  # a new row: its layer's name in the first column
+            name = line.split()[0]
+        shown[name] = shown.get(name, "") + ", " + line[41:]
+    assert list(shown) == [n for n, _ in LAYERS]
+    for layer, entries in LAYERS:
+        words = shown[layer].replace(";", ",").replace("old names:", "").replace("old name:", "")
+        listed = [w.strip() for w in words.split(",")]
+        listed = [w.split(" ")[0] for w in listed if w]
+        assert sorted(listed) == sorted(entries), layer
 
 
 def test_the_graph_sees_deferred_imports(tmp_path):

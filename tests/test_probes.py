@@ -12,8 +12,8 @@ import httpx
 from processes import free_port
 
 from sidecar.config import load_config
-from sidecar.daemon import Sidecar
 from sidecar.endpoint import start_http
+from sidecar.scrape_loop import Sidecar
 
 KV = str(Path(sys.executable).with_name("kv-sidecar"))
 

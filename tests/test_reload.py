@@ -24,10 +24,11 @@ from processes import Processes, free_port, kv_sidecar
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.config import Config, build_config
-from sidecar.daemon import Sidecar, _adopt
+from sidecar.daemon import _adopt
 from sidecar.exporter import RELOAD_SERIES, SidecarCollector
 from sidecar.layers import build_extenders
 from sidecar.reload import Reloader, ReloadStatus, Sources, fingerprint
+from sidecar.scrape_loop import Sidecar
 from sidecar.webconfig import WebConfig
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -411,3 +412,83 @@ def test_a_file_caught_empty_or_partial_is_refused_never_read_as_the_defaults(tm
         assert d.stop() == 0
     finally:
         d.procs.stop()
+
+
+def test_a_reconnecting_reload_keeps_the_read_still_running_on_a_reader_thread():
+    """A reload that changes only a target's connection settings keeps its parser; the page a reader thread
+    is still reading past its deadline stays the target's, so its next page is refused (parse_timeout)
+    rather than read beside it with the same parser (a reconnecting reload used to drop the slot)."""
+    import threading
+
+    from sidecar.page_readers import PageRead
+    from sidecar.reasons import ScrapeFailed
+
+    a = build_config({"targets": [{"name": "a", "url": "http://127.0.0.1:9/a"}]})
+    sidecar = Sidecar(a, ())
+    state = sidecar.states[0]
+
+    async def scenario() -> None:
+        still_running = PageRead(lambda: None, asyncio.get_running_loop())  # never run: its thread "still runs"
+        sidecar._targets["a"].reading = still_running
+        b = build_config({"targets": [{"name": "a", "url": "http://127.0.0.1:9/a", "timeout": "500ms"}]})
+        changes, to_close = sidecar.apply(b, ())
+        assert changes.reconnected == ("a",)
+        rt = sidecar._targets["a"]
+        assert rt.reading is still_running
+        with pytest.raises(ScrapeFailed) as refused:
+            await sidecar.read_within(state, rt, b"vllm:num_requests_running 1\n", 1.0)
+        assert refused.value.reason == "parse_timeout" and refused.value.field == "previous"
+        still_running.finished.set()  # the thread ends: the next page is read again
+        assert isinstance(still_running.finished, threading.Event)
+        for c in to_close:
+            await c.aclose()
+        await sidecar.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_page_read_while_a_reload_replaces_its_target_is_not_recorded(monkeypatch):
+    """A reload that replaces a target (here: its engine, auto -> sglang) while the target's page is being
+    read: the read's result is dropped, so the running layers, which forgot the old target's engines, are
+    not handed its sample again under the same (target, model, engine) key."""
+    from fixtures import CPU_032
+
+    from sidecar import scrape_loop
+    from sidecar.scrape import Fetched
+
+    body = (CPU_032 / "gqa-6mib_full-a.txt").read_bytes()
+    seen: list[tuple[str, str, str]] = []
+
+    class Layer:
+        def __call__(self, step):
+            seen.append(step.key)
+            return {}
+
+        def forget(self, key):
+            pass
+
+    layers = (Layer(),)
+    a = build_config({"targets": [{"name": "a", "url": "http://127.0.0.1:9/a"}]})
+    b = build_config({"targets": [{"name": "a", "url": "http://127.0.0.1:9/a", "engine": "sglang"}]})
+    sidecar = Sidecar(a, layers)
+    old = sidecar.states[0]
+
+    async def fetched(client, target):
+        return Fetched(body=body, duration_s=0.0, simulated_time=None)
+
+    async def read_during_a_reload(state, rt, page, deadline_s):
+        scrape = sidecar.read_body(state, page)
+        sidecar.apply(b, layers)  # the reload lands while the page is read
+        return scrape
+
+    monkeypatch.setattr(scrape_loop, "fetch", fetched)
+    monkeypatch.setattr(sidecar, "read_within", read_during_a_reload)
+
+    async def scenario() -> None:
+        await sidecar.scrape_once(old)
+        await sidecar.aclose()
+
+    asyncio.run(scenario())
+    assert sidecar.states[0] is not old
+    assert seen == []  # nothing recorded for the replaced state
+    assert not old.snapshot.up and not old.history and not any(old.errors.values())

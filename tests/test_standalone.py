@@ -12,7 +12,8 @@ the project (tracked, or new and not ignored) names:
   The one use allowed is a standard's section, ``RFC <number> §<section>``;
 * an issue of the project's tracker, ``issue N`` / ``issues N–M`` / ``Issue N's`` / ``issue #N``, which a
   reader of a clone cannot open. Upstream issues stay citable: an ``issue`` preceded by the upstream
-  project's name (``vLLM issue #23192``, ``production-stack issue #617``), or written as
+  project's name (``vLLM issue #23192``, ``production-stack issue #617``, ``NVIDIA/TensorRT-LLM issue #3376``),
+  or written as
   ``owner/repo#N`` (``pytorch/pytorch#175666``), which the pattern does not match at all;
 * a numbered seed article (``seed 000``): cite the article by its title (docs/capacity.md, "Worked
   examples").
@@ -79,6 +80,13 @@ UPSTREAM = frozenset(
         "kubernetes",
         "gie",
         "inference-perf",
+        "tensorrt-llm",
+        "text-generation-inference",
+        "llama.cpp",
+        "ik_llama.cpp",
+        "kthena",
+        "hilbertraum",
+        "mooncake",
     }
 )
 SEED = re.compile(r"\bseeds?\s+0\d\d\b", re.IGNORECASE)
@@ -129,7 +137,8 @@ def problems_in(text: str) -> list[str]:
             found.append(f"line {number}: {m.group(0)!r}")
         for m in ISSUE.finditer(line):
             before = line[: m.start()].rstrip().split()
-            if before and before[-1].strip("(`'\"[").lower() in UPSTREAM:
+            project = before[-1].strip("(`'\"[").lower() if before else ""
+            if project.split("/")[-1].removesuffix("'s") in UPSTREAM:  # "NVIDIA/TensorRT-LLM issue #3376"
                 continue
             found.append(f"line {number}: {m.group(0)!r}")
     return found

@@ -5,11 +5,14 @@ from __future__ import annotations
 import pytest
 from fixtures import CPU_032, METRICS
 
-from sidecar import parse
-from sidecar.derive import derive, is_hybrid, pool_size
+from sidecar import page_parser as parse
+from sidecar.derive import derive
 from sidecar.engines import vllm
+from sidecar.engines.vllm import is_hybrid, kv_pool
 
-ALL_FIXTURES = sorted(p for p in METRICS.rglob("*.txt"))
+#: Folders of other engines' pages: not vLLM's, read by their own adapters' tests.
+OTHER_ENGINES = ("sglang", "dynamo", "trtllm", "tgi", "llamacpp")
+ALL_FIXTURES = sorted(p for p in METRICS.rglob("*.txt") if p.parent.name not in OTHER_ENGINES)
 CPU_CAPTURES = sorted(CPU_032.glob("*.txt"))
 MODEL = "models/tiny-llama-gqa-bf16"
 
@@ -66,15 +69,31 @@ def test_exact_values_on_vllm_cpu_032(name):
 
 
 def test_capacity_comes_from_blocks_times_block_size_when_the_label_is_missing():
-    cfg = dict(scrape_of(CPU_032 / "gqa-6mib_full-a.txt").observations[0].cache_config)
-    assert pool_size(cfg).capacity_tokens == 6144
+    pool = scrape_of(CPU_032 / "gqa-6mib_full-a.txt").observations[0].pool
+    assert pool.capacity_tokens == 6144
+    cfg = dict(pool.info)
     del cfg["kv_cache_size_tokens"]
-    assert pool_size(cfg).capacity_tokens == 48 * 128
+    assert kv_pool(cfg).capacity_tokens == 48 * 128
+
+
+def test_the_pool_is_typed_once_from_the_labels():
+    """Every number a derivation reads, from vLLM 0.32's labels on the 6 MiB capture, read off the page
+    by hand: num_gpu_blocks="48", block_size="128", cache_dtype="auto", gpu_memory_utilization="0.92",
+    kv_cache_memory_bytes="6291456", enable_prefix_caching="True", and max_model_len =
+    kv_cache_size_tokens 6144 / kv_cache_max_concurrency 6.0 = 1024 (the capture's --max-model-len)."""
+    pool = scrape_of(CPU_032 / "gqa-6mib_full-a.txt").observations[0].pool
+    assert (pool.num_blocks, pool.block_size, pool.null_blocks) == (48, 128, 1)
+    assert (pool.usable_blocks, pool.usable_tokens, pool.capacity_tokens) == (47, 6016, 6144)
+    assert (pool.kv_dtype, pool.max_model_len, pool.prefix_caching, pool.hybrid) == ("auto", 1024, True, False)
+    assert (pool.memory_lever, pool.memory_fraction) == ("gpu_memory_utilization", 0.92)
+    assert pool.kv_cache_memory_bytes == 6291456
+    assert pool.version_floor == "0.21.0"  # kv_cache_size_tokens dates the server (capacity/vllm_rules.py)
+    assert pool.info["num_gpu_blocks"] == "48"  # the display strings stay verbatim for kvcache_server_info
 
 
 @pytest.mark.parametrize("path", CPU_CAPTURES, ids=lambda p: p.name)
 def test_vllm_cpu_032_captures_are_not_hybrid_despite_mamba_default_labels(path):
-    cc = scrape_of(path).observations[0].cache_config
+    cc = scrape_of(path).observations[0].pool.info
     assert cc["mamba_cache_dtype"] == "auto" and cc["mamba_ssm_cache_dtype"] == "float32"
     assert cc["mamba_cache_mode"] == "none"
     assert not is_hybrid(cc)
@@ -106,9 +125,11 @@ LABELS_0_11 = {
 
 
 def test_0_11_label_set_is_not_hybrid_and_falls_back_to_blocks():
-    pool = pool_size(LABELS_0_11)
+    pool = kv_pool(LABELS_0_11)
     assert not pool.hybrid
     assert pool.capacity_tokens == 27000 * 16
+    assert (pool.memory_fraction, pool.prefix_caching, pool.kv_cache_memory_bytes) == (0.9, True, None)
+    assert pool.version_floor == "0.10.2"  # kv_cache_memory_bytes, even "None", dates it
 
 
 @pytest.mark.parametrize(
@@ -121,7 +142,7 @@ def test_0_11_label_set_is_not_hybrid_and_falls_back_to_blocks():
     ],
 )
 def test_hybrid_signs_withhold_the_block_product(label, value):
-    pool = pool_size({**LABELS_0_11, label: value})
+    pool = kv_pool({**LABELS_0_11, label: value})
     assert pool.hybrid and pool.capacity_tokens is None
 
 
@@ -146,11 +167,38 @@ def test_v1_head40_capture_is_generation_v1_with_engine_label():
     assert scrape.observations[0].usage_ratio == 0.0
 
 
+def test_a_page_without_cache_config_info_counts_no_capacity_and_takes_the_operators_capacity():
+    """The head40 capture has no vllm:cache_config_info: its usage is read, its capacity is not guessed.
+
+    Without ``targets[].capacity_tokens``: no pool, ``no_capacity`` counted once, the capacity gauges named
+    absent (usage stays: vLLM gives its own fraction). With it: that capacity, and used = usage x capacity.
+    """
+    text = (
+        (METRICS / "vllm_v1_head40_engine_label.txt")
+        .read_text()
+        .replace(
+            'vllm:kv_cache_usage_perc{engine="0",model_name="llama-vllm-single"} 0.0',
+            'vllm:kv_cache_usage_perc{engine="0",model_name="llama-vllm-single"} 0.25',
+        )
+    )
+    bare = vllm.normalise(parse.samples(text))
+    (obs,) = bare.observations
+    assert obs.pool is None and obs.usage_ratio == 0.25
+    assert bare.dropped == {"no_capacity": 1}
+    assert "kvcache_capacity_tokens" in bare.absent and "kvcache_usage_ratio" not in bare.absent
+    given = vllm.normalise(parse.samples(text), capacity_tokens=40_000)
+    (obs,) = given.observations
+    assert given.dropped == {} and given.absent == {}
+    d = derive([(0.0, obs)], 0.0, window_s=300, watermark=0.9)
+    assert (d.capacity_tokens, d.used_tokens, d.free_tokens) == (40_000, 10_000, 30_000)
+    assert d.watermark_headroom_tokens == 36_000 - 10_000
+
+
 def test_datadog_composite_fixture_reads_the_new_usage_name():
     scrape = scrape_of(METRICS / "vllm_datadog_integrations_core_fixture.txt")
     assert scrape.generation == "v0"  # swapped + hit-rate gauge: a V0 page with V1 families appended
     (obs,) = scrape.observations
-    assert obs.cache_config["num_gpu_blocks"] == "7281"
+    assert obs.pool.num_blocks == 7281
 
 
 def test_multiprocess_pid_copies_fold_gauges_by_max_and_counters_by_sum():

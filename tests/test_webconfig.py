@@ -29,8 +29,8 @@ from processes import Processes, free_port, http_status, kv_sidecar
 
 from sidecar import webconfig
 from sidecar.config import ConfigError, load_config
-from sidecar.daemon import Sidecar
 from sidecar.endpoint import start_http
+from sidecar.scrape_loop import Sidecar
 from sidecar.webconfig import BasicAuth, load_web_config, serving
 
 pytestmark = needs_openssl

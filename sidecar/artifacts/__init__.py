@@ -3,6 +3,8 @@
 - :mod:`.params`: the parameters (thresholds, rule parameters) and the names artifacts share
   (dashboard uids and variables);
 - :mod:`.rules`: the Prometheus alerting and recording rules;
+- :mod:`.formatting`: thresholds as PromQL numbers and percentages (rules and dashboards);
+- :mod:`.dashboards`: the Grafana dashboards (a panel kit and one module per dashboard);
 - :mod:`.kubernetes`: the Kubernetes objects of ``deploy/`` (the sidecar container and patches,
   ConfigMaps, the report ``CronJob``, the ``PrometheusRule``);
 - :mod:`.deploy`: the generated files of ``deploy/`` (components, report, overlays);

@@ -15,10 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..alert_params import RuleParams
 from ..config import ConfigError, load_rule_params
 from ..settings import ALERT_SETTINGS, SETTINGS, add_flag
+from ..thresholds import Thresholds
 from .files import write_atomically
-from .params import VARIANTS, RuleParams, Thresholds
+from .params import VARIANTS
 from .rules import FORMATS, PROMETHEUSRULE_FILE_NAME, RULES_FILE_NAME, render
 
 #: The settings ``rules render`` has a flag for.

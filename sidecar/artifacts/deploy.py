@@ -36,7 +36,9 @@ from typing import Any
 import yaml
 
 from .. import __version__
+from ..alert_params import RuleParams
 from ..settings import DEFAULT_TARGET, setting
+from ..thresholds import Thresholds
 from .files import dump_yaml
 from .kubernetes import (
     CONFIG_DIR,
@@ -60,7 +62,6 @@ from .kubernetes import (
     sidecar_config_map,
     sidecar_patch,
 )
-from .params import RuleParams, Thresholds
 from .rules import render
 
 DEPLOY = "deploy"

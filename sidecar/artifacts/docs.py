@@ -18,7 +18,7 @@ import yaml
 
 from ..limits import LIMITS, Limit
 from ..metrics import BY_NAME, CATALOGUE, ONCALL
-from ..parsers import Choice, Text
+from ..setting_parsers import Choice, Text
 from ..settings import (
     ALERT_SETTINGS,
     DEFAULT_TARGET,

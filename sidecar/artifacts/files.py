@@ -1,4 +1,4 @@
-"""Writing generated files: stable YAML text, and atomic replacement.
+"""Writing generated files: stable YAML text, written with the package's one atomic writer.
 
 "Stable" means the same input always gives the same bytes (key order kept as built, no
 aliases, no line wrapping), so a generated file committed to git only changes when its
@@ -7,12 +7,15 @@ content does, and ``make generate`` followed by ``git diff`` shows exactly what 
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import yaml
+
+# The one atomic writer, re-exported here for the generators that import it from this module
+# (artifacts/cli.py, artifacts/dashboards_cli.py, artifacts/generate.py, demo.py).
+from ..atomic_write import write_atomically
+
+__all__ = ["dump_yaml", "write_atomically"]
 
 
 class _Dumper(yaml.SafeDumper):
@@ -35,17 +38,3 @@ def dump_yaml(doc: Any) -> str:
     return yaml.dump(
         doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1_000_000, allow_unicode=True
     )
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

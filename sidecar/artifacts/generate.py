@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
 
+from ..alert_params import RuleParams
+from ..thresholds import Thresholds
 from .deploy import generated as deploy_files
 from .docs import configuration_page, example_config, limits_table, metrics_page, oncall_table, run_flags
 from .files import write_atomically
-from .params import DASHBOARD_UIDS, RuleParams, Thresholds
+from .params import DASHBOARD_UIDS
 from .provisioning import CONFIGMAPS_FILE, DATASOURCE_FILE, PROVIDER_FILE, dashboard_provider_yaml, datasource_yaml
 from .rules import render
 
@@ -74,7 +76,7 @@ def _configmaps() -> str:
     return configmaps_yaml(_dashboard_texts())
 
 
-_DASHBOARDS_SOURCE = "sidecar/artifacts/dashboards.py with the default thresholds and labels"
+_DASHBOARDS_SOURCE = "sidecar/artifacts/dashboards/ with the default thresholds and labels"
 
 #: Every generated file the repository commits.
 GENERATED: tuple[Generated, ...] = (

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from ..files import TOKEN_MAX_BYTES, FileProblem, read_text
+from ..input_files import TOKEN_MAX_BYTES, FileProblem, read_text
 from .params import DASHBOARD_FOLDER_TITLE, DASHBOARD_FOLDER_UID
 
 PROG = "kv-sidecar dashboards push"

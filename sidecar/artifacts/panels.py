@@ -10,8 +10,10 @@ panel of the committed dashboards on a real Prometheus. Nothing here needs Grafa
   ``interpolateQueryExpr``, Grafana 11): a variable that is neither multi-value nor ``includeAll`` is
   inserted as is; otherwise each value is regex-escaped and several values become ``(a|b)``; "All" is
   the variable's ``allValue`` verbatim (ours: ``.*``).
-- :class:`PrometheusAPI` is a small client of ``/api/v1/query``, ``/api/v1/query_range`` and
-  ``/api/v1/label/<name>/values`` (Prometheus docs, "HTTP API").
+- :class:`PrometheusAPI` is :class:`sidecar.prometheus_api.PrometheusClient` (the report's client: one
+  deadline, retry and error rule) answering as Grafana receives it: the JSON ``result`` lists of
+  ``/api/v1/query`` and ``/api/v1/query_range``, and ``/api/v1/label/<name>/values``. Its errors are
+  :class:`PrometheusError` (re-exported from there).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+from ..prometheus_api import PrometheusClient, range_form
+from ..prometheus_api import PrometheusError as PrometheusError  # the snapshot and tests catch it from here
 
 #: Grafana's value for "All" in a URL (``var-pod=$__all``) and in the variable's current value.
 ALL = "$__all"
@@ -147,36 +150,21 @@ def interpolate(
     return re.sub(pattern, sub, expr)
 
 
-class PrometheusError(Exception):
-    """Prometheus could not be reached or refused the query; the message says which and why."""
+class PrometheusAPI(PrometheusClient):
+    """The dashboards' view of :class:`sidecar.prometheus_api.PrometheusClient`: answers as Grafana's
+    Prometheus data source receives them (the JSON ``result`` lists), for the snapshot and the panel tests.
 
+    Defaults fit a local Prometheus: 10 s a request, and no retry (a caller polling for a series asks again).
+    """
 
-class PrometheusAPI:
-    """The three read endpoints the dashboards need (Prometheus docs, "HTTP API")."""
-
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
-        self.url = url.rstrip("/")
-        self.client = httpx.Client(timeout=timeout)
-
-    def _get(self, path: str, params: Mapping[str, Any] | list[tuple[str, Any]]) -> Any:
-        try:
-            response = self.client.get(self.url + path, params=params)
-        except httpx.HTTPError as e:
-            raise PrometheusError(f"{self.url}{path}: {type(e).__name__}: {e}") from e
-        try:
-            body = response.json()
-        except ValueError:
-            raise PrometheusError(f"{self.url}{path}: HTTP {response.status_code}, not JSON") from None
-        if response.status_code != 200 or body.get("status") != "success":
-            raise PrometheusError(f"{self.url}{path}: HTTP {response.status_code}: {body.get('error', body)}")
-        return body["data"]
+    def __init__(self, url: str, timeout: float = 10.0, *, retries: int = 0) -> None:
+        super().__init__(url, timeout_s=timeout, retries=retries)
 
     def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        """An instant query's ``result`` (vector: ``[{"metric": {...}, "value": [t, "v"]}]``)."""
-        params: dict[str, Any] = {"query": expr}
-        if at is not None:
-            params["time"] = at
-        data = self._get("/api/v1/query", params)
+        """An instant query's ``result`` (vector: ``[{"metric": {...}, "value": [t, "v"]}]``); a scalar
+        comes back as one series without labels. ``at`` None: the server's now."""
+        form = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
+        data = self.data("/api/v1/query", form)
         result = data["result"]
         if data.get("resultType") == "scalar":
             return [{"metric": {}, "value": result}]
@@ -184,19 +172,4 @@ class PrometheusAPI:
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
         """A range query's ``result`` (matrix: ``[{"metric": {...}, "values": [[t, "v"], ...]}]``)."""
-        data = self._get("/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": step})
-        return list(data["result"])
-
-    def label_values(self, label: str, match: str | None = None) -> list[str]:
-        """Values of ``label``, on the series ``match`` selects when given."""
-        params = [("match[]", match)] if match else []
-        return list(self._get(f"/api/v1/label/{label}/values", params))
-
-    def close(self) -> None:
-        self.client.close()
-
-    def __enter__(self) -> PrometheusAPI:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return list(self.data("/api/v1/query_range", range_form(expr, start, end, step))["result"])

@@ -1,22 +1,22 @@
-"""The parameters every generated artifact is made from, and the names they share.
+"""The names the generated artifacts share: dashboard uids, the folder, template variables.
 
-- :class:`Thresholds` (the ``thresholds:`` section) is read by the sidecar's derived gauges
-  (watermark headroom, time until watermark, suggested utilization) *and* by the alert
-  rules, so a page can never use a different watermark than the headroom gauge.
-- :class:`RuleParams` (the ``alerts:`` section) is everything in the rules that is not a
-  usage threshold: ``for:`` durations, the sidecar's job label, the link bases.
-- The dashboard uids and template-variable names are fixed here because alerts link to
-  them (``dashboard_url``): dashboards must reuse them so that links in pages never break.
+The dashboard uids and template-variable names are fixed here because alerts link to them
+(``dashboard_url``): dashboards must reuse them so that links in pages never break.
 
-Pure: no I/O. ``sidecar.config`` reads both sections into these classes, once, with the rows of
-:mod:`sidecar.settings` (each value's parser, default and help).
+The parameters the artifacts are made from live in the core, where the sidecar reads them too:
+:class:`sidecar.thresholds.Thresholds` (the ``thresholds:`` section) and
+:class:`sidecar.alert_params.RuleParams` (the ``alerts:`` section). They are re-exported here so
+that ``from sidecar.artifacts.params import Thresholds`` keeps working.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any
+# The parameters that moved to the core, re-exported so that the old import path keeps working.
+from ..alert_params import FAST_VARIANT as FAST_VARIANT
+from ..alert_params import RuleParams as RuleParams
+from ..thresholds import Thresholds as Thresholds
 
 #: Grafana dashboard uids (dashboards/README.md). Each alert's ``dashboard_url`` opens the one that shows
 #: its cause: the Fleet for usage, forecast, preemptions and queueing; the Pod view for the prefix cache,
@@ -43,132 +43,6 @@ DASHBOARD_VARIABLES = (VAR_NAMESPACE, VAR_MODEL_NAME, VAR_POD)
 #: The Prometheus data-source variable every dashboard has (dashboards/README.md); no alert sets it.
 VAR_DATASOURCE = "datasource"
 
-
-@dataclass(frozen=True)
-class Thresholds:
-    """The ``thresholds:`` section: usage fractions shared by the gauges and the alert rules."""
-
-    #: KV usage fraction above which the cache is "full" for paging purposes
-    #: (critical KVCacheAlmostFull, headroom gauges, waiting-for-KV demand).
-    watermark: float = 0.9
-    #: KV usage fraction that opens a ticket (warning KVCacheAlmostFull).
-    warning: float = 0.8
-    #: Usage the suggested gpu_memory_utilization aims the peak demand at;
-    #: deliberately below ``warning`` so following the advice does not flap
-    #: the warning at every peak.
-    target_usage: float = 0.75
-
-    def problems(self, prefix: str = "thresholds") -> list[str]:
-        """Every inconsistency, each naming the field and the fix."""
-        out: list[str] = []
-        for name in ("watermark", "warning", "target_usage"):
-            v = getattr(self, name)
-            if not (0.0 < v < 1.0):
-                out.append(f"{prefix}.{name}: must be a fraction between 0 and 1 exclusive, got {v!r}")
-        if not out:
-            if not self.warning < self.watermark:
-                out.append(
-                    f"{prefix}.warning: must be below {prefix}.watermark "
-                    f"({self.warning} >= {self.watermark}); e.g. warning 0.8, watermark 0.9"
-                )
-            if not self.target_usage < self.warning:
-                out.append(
-                    f"{prefix}.target_usage: must be below {prefix}.warning "
-                    f"({self.target_usage} >= {self.warning}) so that following the advice "
-                    f"does not flap the warning"
-                )
-        return out
-
-
-@dataclass(frozen=True)
-class RuleParams:
-    """Everything in the rules that is not a usage threshold (the ``alerts:`` config section).
-
-    Durations are Prometheus duration strings because they are written into the rules verbatim.
-    What each field means, how it is read and checked: its row in
-    :data:`sidecar.settings.ALERT_SETTINGS` (``docs/configuration.md`` is generated from it).
-    """
-
-    sidecar_job: str = "kv-cache-sidecar"
-    #: The namespace every rule reads (``namespace="..."`` on each series it selects), so that two
-    #: installations in one Prometheus (the dev and prod overlays) never alert twice or record the
-    #: same series twice. None: every namespace (one installation per Prometheus).
-    namespace: str | None = None
-    #: The repository's own runbooks, so that a link works without configuration.
-    runbook_base_url: str = "https://github.com/kv-cache-sidecar/kv-cache-sidecar/blob/main/docs/runbooks"
-    #: Your Grafana's root URL. None: alerts carry no ``dashboard_url`` (each runbook names its dashboard).
-    dashboard_base_url: str | None = None
-    evaluation_interval: str | None = None  # None: Prometheus' global evaluation interval
-    #: vLLM answers /metrics slowly exactly when saturated, and a saturated engine's usage dips
-    #: between completions (0.89-1.0 on the real vLLM captures), so a missed scrape or a dip must
-    #: not reset the warning's ``for:``. The window also lengthens every excursion by up to its own
-    #: length.
-    gap_window: str = "1m"
-    #: The ticket stays "above the warning for 15 minutes": sustained load, what capacity planning acts on.
-    warning_for: str = "15m"
-    #: The page (KVCacheAlmostFull critical) is "the peaks keep reaching the watermark": the
-    #: ``critical_quantile`` of usage over ``critical_window`` is above it, i.e. usage was above it for
-    #: more than 1 - 0.95 = 5 % of the last 10 minutes (30 s), with no ``for:``. Real bursts are shorter
-    #: than any ``for:`` that does not page on noise (docs/forecast-validation.md, "Real traffic").
-    critical_window: str = "10m"
-    critical_quantile: float = 0.95
-    #: The page stays firing this long after the peaks stop: one page per saturation, not one per burst.
-    critical_keep_firing_for: str = "5m"
-    full_soon_within: str = "15m"
-    #: ``bench/forecast.py`` measures lead time and false pages of this choice.
-    full_soon_for: str = "2m"
-    #: One preemption a second over 5 minutes, the floor of the community's vLLM alert examples
-    #: (docs/runbooks/KVCachePreemptions.md): below it a preemption now and then is the scheduler
-    #: working as designed, not a cache to resize.
-    preemptions_per_second: float = 1.0
-    preemptions_for: str = "10m"
-    waiting_for: str = "5m"
-    prefix_hit_ratio_low: float = 0.2
-    #: KVCachePrefixHitRatioLow fires only for a workload whose median hit ratio over
-    #: ``prefix_hit_ratio_baseline`` is at least this: one that has shared prefixes and lost them.
-    #: A workload without shared prefixes sits near 0 by nature and never fires.
-    prefix_hit_ratio_usual: float = 0.5
-    prefix_hit_ratio_baseline: str = "1d"
-    prefix_hit_ratio_for: str = "30m"
-    capacity_mismatch_tolerance: float = 0.2
-    capacity_mismatch_for: str = "15m"
-    overprovisioned_below: float = 0.3
-    overprovisioned_quantile: float = 0.95
-    overprovisioned_window: str = "1d"
-    overprovisioned_for: str = "1h"
-    #: Longer than vLLM's slowest restart (model loading: 20 s - 10 min).
-    scrape_failing_for: str = "15m"
-    #: As long: a model directory that vLLM is still downloading or loading is not missing yet.
-    model_config_missing_for: str = "15m"
-    #: Five minutes: with the sidecar gone KVCacheAlmostFull cannot fire, which is worth a page of its own.
-    sidecar_down_for: str = "5m"
-
-    def fast(self) -> RuleParams:
-        """The ``fast`` variant: the same rules on a seconds scale, for the end-to-end test.
-
-        Only timings change; expressions and thresholds are the defaults'. The page's window and
-        ``keep_firing_for`` shrink by 10 (10m -> 60s, 5m -> 30s): at the 1 s evaluation the window still
-        holds 60 samples, so "above for 5 % of it" is 3 s, not one sample.
-        """
-        return dataclasses.replace(self, **FAST_VARIANT)
-
-
-#: Overrides of the ``fast`` variant (1 s evaluation; ``for:`` in seconds).
-FAST_VARIANT: dict[str, Any] = {
-    "evaluation_interval": "1s",
-    "gap_window": "5s",
-    "warning_for": "20s",
-    "critical_window": "60s",
-    "critical_keep_firing_for": "30s",
-    "full_soon_for": "10s",
-    "preemptions_for": "20s",
-    "waiting_for": "20s",
-    "prefix_hit_ratio_for": "30s",
-    "capacity_mismatch_for": "20s",
-    "scrape_failing_for": "30s",
-    "model_config_missing_for": "30s",
-    "sidecar_down_for": "20s",
-}
 
 #: ``kv-sidecar rules render --variant``.
 VARIANTS = ("default", "fast")

@@ -26,9 +26,13 @@ import re
 from string import Template
 from typing import Any
 
+from ..alert_params import RuleParams
+from ..thresholds import Thresholds
 from ..units import prometheus_duration_seconds
 from .files import dump_yaml
+from .formatting import percent, promql_number
 from .kubernetes import prometheus_rule
+from .panels import ALL
 from .params import (
     DASHBOARD_CAPACITY_UID,
     DASHBOARD_OVERVIEW_UID,
@@ -36,8 +40,6 @@ from .params import (
     VAR_MODEL_NAME,
     VAR_NAMESPACE,
     VAR_POD,
-    RuleParams,
-    Thresholds,
 )
 
 #: File names ``rules render --out DIR`` writes.
@@ -85,23 +87,9 @@ _WHERE_MODEL = "{{ $labels.model_name }}{{ with $labels.namespace }} in namespac
 _WHERE_SIDECAR = "{{ with $labels.namespace }}{{ . }}/{{ end }}{{ or $labels.pod $labels.instance }}"
 
 
-def _pct(x: float) -> str:
-    """0.9 -> "90%" (no float noise such as 90.00000000000001%)."""
-    return f"{round(x * 100, 4):g}%"
-
-
-def _num(x: float) -> str:
-    """A threshold as PromQL text, exactly: 0.9 -> "0.9", 900.0 -> "900", 0.123456789 stays whole."""
-    return str(int(x)) if float(x).is_integer() else repr(float(x))
-
-
 def _fill(text: str, **values: Any) -> str:
     """Substitute ``${name}`` placeholders; Go-template ``$labels``/``$value`` are left alone."""
     return Template(text).safe_substitute(**values)
-
-
-#: What Grafana reads as "All" for a variable in a dashboard URL (``var-pod=$__all``).
-ALL_VALUES = "$__all"
 
 
 def _dashboard_url(params: RuleParams, uid: str, *, pod: bool = False) -> str:
@@ -112,7 +100,7 @@ def _dashboard_url(params: RuleParams, uid: str, *, pod: bool = False) -> str:
     would match nothing.
     """
     variables = (VAR_NAMESPACE, VAR_MODEL_NAME) + ((VAR_POD,) if pod else ())
-    query = "&".join(f'var-{v}={{{{ or $labels.{v} "{ALL_VALUES}" | urlquery }}}}' for v in variables)
+    query = "&".join(f'var-{v}={{{{ or $labels.{v} "{ALL}" | urlquery }}}}' for v in variables)
     return f"{params.dashboard_base_url}/d/{uid}?{query}"
 
 
@@ -146,8 +134,27 @@ def _alert(
     return rule
 
 
-def recording_rules(th: Thresholds) -> list[dict[str, str]]:
-    """Per namespace/model aggregates for the dashboards and the weekly report.
+#: Labels every recording rule keeps when it aggregates, besides ``namespace`` and ``model_name``: the
+#: label a multi-cluster setup puts on every series (a target label from relabelling, or an external
+#: label that Thanos Ruler or a Mimir/Cortex ruler sees on the series it evaluates over). Dropped, the
+#: recorded series of two clusters would be summed into one and the dashboards' ``cluster`` variable
+#: could not filter them. Absent on a series, it is an empty label and groups nothing away.
+KEPT_LABELS = ("cluster",)
+#: The owner workload of a pod (a Deployment's or a StatefulSet's name), put there by the PodMonitor's
+#: relabelling (``deploy/base/podmonitor.yaml``); absent outside Kubernetes, where the workload is the
+#: namespace and model alone.
+WORKLOAD_LABEL = "workload"
+#: The peak window of the workload's demand sum: each replica's largest sample in the minute before the
+#: evaluation, summed. The rule group must be evaluated at least every minute (the default interval is
+#: Prometheus' global one, 1m), or samples between two windows are never seen.
+WORKLOAD_DEMAND_WINDOW = "1m"
+
+
+def recording_rules(th: Thresholds, kept: tuple[str, ...] = KEPT_LABELS) -> list[dict[str, str]]:
+    """Per namespace/model and per workload aggregates for the dashboards and the weekly report.
+
+    Every rule aggregates ``by (<kept labels>, namespace, model_name)`` (:data:`KEPT_LABELS`), so a
+    recorded series keeps its cluster.
 
     Ratios are ratios of sums (``sum(rate(hits)) / sum(rate(queries))``, used
     over used + free), never averages of per-pod ratios, which would weigh an
@@ -159,9 +166,10 @@ def recording_rules(th: Thresholds) -> list[dict[str, str]]:
     ``avg_over_time(...[1d]) * 24`` is the hours per day spent above it. The
     weekly report (:mod:`sidecar.report.prometheus`) reads the model's usage
     from ``namespace_model:kvcache_usage_ratio:max`` and its time waiting from
-    ``namespace_model:kvcache_requests_waiting:bool``.
+    ``namespace_model:kvcache_requests_waiting:bool``. The ``namespace_model_workload:``
+    series are the inputs of the workload's advice (:func:`workload_recording_rules`).
     """
-    by = "by (namespace, model_name)"
+    by = f"by ({', '.join((*kept, 'namespace', 'model_name'))})"
 
     def agg(op: str, metric: str) -> dict[str, str]:
         return {"record": f"namespace_model:{metric}:{op}", "expr": f"{op} {by} ({metric})"}
@@ -169,7 +177,7 @@ def recording_rules(th: Thresholds) -> list[dict[str, str]]:
     def above(name: str, threshold: float) -> dict[str, str]:
         return {
             "record": f"namespace_model:kvcache_usage_above_{name}:bool",
-            "expr": f"max {by} (kvcache_usage_ratio) > bool {_num(threshold)}",
+            "expr": f"max {by} (kvcache_usage_ratio) > bool {promql_number(threshold)}",
         }
 
     def rate5m(counter: str) -> dict[str, str]:
@@ -200,7 +208,7 @@ def recording_rules(th: Thresholds) -> list[dict[str, str]]:
         agg("sum", "kvcache_requests_running"),
         {
             "record": "namespace_model_reason:kvcache_requests_waiting:sum",
-            "expr": "sum by (namespace, model_name, reason) (kvcache_requests_waiting)",
+            "expr": f"sum by ({', '.join((*kept, 'namespace', 'model_name', 'reason'))}) (kvcache_requests_waiting)",
         },
         rate5m("kvcache_preemptions_total"),
         rate5m("kvcache_prefix_cache_queries_tokens_total"),
@@ -223,6 +231,39 @@ def recording_rules(th: Thresholds) -> list[dict[str, str]]:
             "expr": f'max {by} (kvcache_requests_waiting{{reason=~"capacity|all"}}) > bool 0',
         },
         agg("max", "kvcache_suggested_gpu_memory_utilization"),
+        *workload_recording_rules(kept),
+    ]
+
+
+def workload_recording_rules(kept: tuple[str, ...] = KEPT_LABELS) -> list[dict[str, str]]:
+    """The inputs of one recommendation per workload, as the weekly report sizes it.
+
+    The workload is ``namespace`` + ``model_name`` (+ :data:`WORKLOAD_LABEL` where the PodMonitor
+    knows the owner). The report (:func:`sidecar.forecast.policy.advise_workload`, through
+    ``sidecar.report.figures``) takes the workload's peak as the largest sum over its replicas of
+    each one's largest demand in a minute, and its pool as the smallest replica's; these record
+    exactly those per-minute terms, so a dashboard gets the report's figures with ``max_over_time``
+    and ``last_over_time`` (dashboards/README.md, "One recommendation per workload"):
+
+    - ``:sum_max1m``: the sum over the replicas of each one's largest ``kvcache_demand_tokens`` in
+      the last minute (its ``max_over_time`` is the workload's peak);
+    - ``:max_max1m``: the largest of them (its ``max_over_time`` is the hottest replica's peak, for
+      "load is uneven across replicas");
+    - ``kvcache_capacity_tokens:count``: the replicas with a KV pool (vLLM's capacity is exported);
+    - ``kvcache_usable_tokens:min``: the smallest replica's usable tokens (capacity − the null
+      block: ``kvcache_used_tokens + kvcache_free_tokens``), of the replicas with a capacity.
+    """
+    by = f"by ({', '.join((*kept, 'namespace', 'model_name', WORKLOAD_LABEL))})"
+    demand = f"max_over_time(kvcache_demand_tokens[{WORKLOAD_DEMAND_WINDOW}])"
+    level = "namespace_model_workload"
+    return [
+        {"record": f"{level}:kvcache_demand_tokens:sum_max1m", "expr": f"sum {by} ({demand})"},
+        {"record": f"{level}:kvcache_demand_tokens:max_max1m", "expr": f"max {by} ({demand})"},
+        {"record": f"{level}:kvcache_capacity_tokens:count", "expr": f"count {by} (kvcache_capacity_tokens)"},
+        {
+            "record": f"{level}:kvcache_usable_tokens:min",
+            "expr": f"min {by} ((kvcache_used_tokens + kvcache_free_tokens) and kvcache_capacity_tokens)",
+        },
     ]
 
 
@@ -240,18 +281,18 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
         _alert(
             p,
             "KVCacheAlmostFull",
-            f"{usage_peak} > {_num(th.warning)}",
+            f"{usage_peak} > {promql_number(th.warning)}",
             "warning",
-            f"KV cache usage is above {_pct(th.warning)}.",
+            f"KV cache usage is above {percent(th.warning)}.",
             _fill(
                 "KV cache of ${where} has been above ${thr} for ${for_} (peak of the last ${gap}: "
                 "{{ $value | humanizePercentage }}). Once it is above ${page} for ${share} of ${window} this pages.",
                 where=_WHERE_ENGINE,
-                thr=_pct(th.warning),
+                thr=percent(th.warning),
                 for_=p.warning_for,
                 gap=p.gap_window,
-                page=_pct(th.watermark),
-                share=_pct(1 - p.critical_quantile),
+                page=percent(th.watermark),
+                share=percent(1 - p.critical_quantile),
                 window=p.critical_window,
             ),
             for_=p.warning_for,
@@ -264,17 +305,17 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
         _alert(
             p,
             "KVCacheAlmostFull",
-            f"quantile_over_time({_num(p.critical_quantile)}, kvcache_usage_ratio[{p.critical_window}]) "
-            f"> {_num(th.watermark)}",
+            f"quantile_over_time({promql_number(p.critical_quantile)}, kvcache_usage_ratio[{p.critical_window}]) "
+            f"> {promql_number(th.watermark)}",
             "critical",
-            f"KV cache usage keeps reaching the {_pct(th.watermark)} paging watermark.",
+            f"KV cache usage keeps reaching the {percent(th.watermark)} paging watermark.",
             _fill(
                 "KV cache of ${where} was above the ${thr} watermark for more than ${share} of the last "
                 "${window} (p${q}: {{ $value | humanizePercentage }}). New requests queue and running ones "
                 "are preempted once it is full.",
                 where=_WHERE_ENGINE,
-                thr=_pct(th.watermark),
-                share=_pct(1 - p.critical_quantile),
+                thr=percent(th.watermark),
+                share=percent(1 - p.critical_quantile),
                 window=p.critical_window,
                 q=f"{round(p.critical_quantile * 100, 2):g}",
             ),
@@ -287,9 +328,10 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
             "KVCacheFullSoon",
             # A server that starts, restarts or scales out under load fills from empty in a minute: not a
             # capacity problem, so no page until it has run FULL_SOON_AFTER_START (the forecast's window).
-            f"kvcache_time_until_full_seconds < {_num(full_within_s)}\n"
+            f"kvcache_time_until_full_seconds < {promql_number(full_within_s)}\n"
             f"unless\n"
-            f"time() - kvcache_engine_start_time_seconds < {_num(prometheus_duration_seconds(FULL_SOON_AFTER_START))}",
+            f"time() - kvcache_engine_start_time_seconds"
+            f" < {promql_number(prometheus_duration_seconds(FULL_SOON_AFTER_START))}",
             "critical",
             f"KV cache is forecast to be full within {p.full_soon_within}.",
             _fill(
@@ -308,7 +350,7 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
         _alert(
             p,
             "KVCachePreemptions",
-            f"rate(kvcache_preemptions_total[5m]) > {_num(p.preemptions_per_second)}",
+            f"rate(kvcache_preemptions_total[5m]) > {promql_number(p.preemptions_per_second)}",
             "warning",
             "vLLM keeps preempting requests for lack of KV cache.",
             _fill(
@@ -316,7 +358,7 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
                 "over 5m, above ${floor}/s): each preemption throws away a request's KV and recomputes it.",
                 where=_WHERE_ENGINE,
                 for_=p.preemptions_for,
-                floor=_num(p.preemptions_per_second),
+                floor=promql_number(p.preemptions_per_second),
             ),
             for_=p.preemptions_for,
             dashboard_uid=ov,
@@ -330,14 +372,14 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
             "KVCacheRequestsWaitingForKV",
             f'max_over_time(kvcache_requests_waiting{{reason=~"capacity|all"}}[{p.gap_window}]) > 0\n'
             f"and ignoring (reason)\n"
-            f"{usage_peak} > {_num(th.watermark)}",
+            f"{usage_peak} > {promql_number(th.watermark)}",
             "warning",
             "Requests are queued because the KV cache is full.",
             _fill(
                 "{{ $value | humanize }} requests of ${where} have waited for scheduler capacity "
                 "(reason {{ $labels.reason }}) while the KV cache was above ${thr}, for ${for_}.",
                 where=_WHERE_ENGINE,
-                thr=_pct(th.watermark),
+                thr=percent(th.watermark),
                 for_=p.waiting_for,
             ),
             for_=p.waiting_for,
@@ -349,11 +391,12 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
         _alert(
             p,
             "KVCachePrefixHitRatioLow",
-            f"{_HIT_RATIO} < {_num(p.prefix_hit_ratio_low)}\n"
+            f"{_HIT_RATIO} < {promql_number(p.prefix_hit_ratio_low)}\n"
             f"and\n"
-            f"quantile_over_time(0.5, {_HIT_RATIO}[{p.prefix_hit_ratio_baseline}]) >= {_num(p.prefix_hit_ratio_usual)}",
+            f"quantile_over_time(0.5, {_HIT_RATIO}[{p.prefix_hit_ratio_baseline}])"
+            f" >= {promql_number(p.prefix_hit_ratio_usual)}",
             "warning",
-            f"Prefix cache hit ratio is below {_pct(p.prefix_hit_ratio_low)}.",
+            f"Prefix cache hit ratio is below {percent(p.prefix_hit_ratio_low)}.",
             _fill(
                 "Only {{ $value | humanizePercentage }} of the prompt tokens of ${where} were found in "
                 "the prefix cache over 5m, for ${for_}, where the median of the last ${baseline} is at "
@@ -361,7 +404,7 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
                 where=_WHERE_MODEL,
                 for_=p.prefix_hit_ratio_for,
                 baseline=p.prefix_hit_ratio_baseline,
-                usual=_pct(p.prefix_hit_ratio_usual),
+                usual=percent(p.prefix_hit_ratio_usual),
             ),
             for_=p.prefix_hit_ratio_for,
             dashboard_uid=pod,
@@ -370,7 +413,8 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
         _alert(
             p,
             "KVCacheCapacityMismatch",
-            f'abs(kvcache_capacity_efficiency_ratio{{budget="exact"}} - 1) > {_num(p.capacity_mismatch_tolerance)}',
+            f'abs(kvcache_capacity_efficiency_ratio{{budget="exact"}} - 1)'
+            f" > {promql_number(p.capacity_mismatch_tolerance)}",
             "warning",
             "Actual KV capacity differs from the model's theoretical capacity.",
             _fill(
@@ -378,7 +422,7 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
                 "{{ $value | humanizePercentage }} (tolerance ${tol}): the served configuration is not the "
                 "one the sidecar was told.",
                 where=_WHERE_ENGINE,
-                tol=_pct(p.capacity_mismatch_tolerance),
+                tol=percent(p.capacity_mismatch_tolerance),
             ),
             for_=p.capacity_mismatch_for,
             dashboard_uid=pod,
@@ -386,8 +430,8 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
         _alert(
             p,
             "KVCacheOverProvisioned",
-            f"quantile_over_time({_num(p.overprovisioned_quantile)}, engine:kvcache_usage_ratio:awake"
-            f"[{p.overprovisioned_window}]) < {_num(p.overprovisioned_below)}\n"
+            f"quantile_over_time({promql_number(p.overprovisioned_quantile)}, engine:kvcache_usage_ratio:awake"
+            f"[{p.overprovisioned_window}]) < {promql_number(p.overprovisioned_below)}\n"
             # only engines that have existed for the whole window
             f"and present_over_time(kvcache_usage_ratio[1h] offset "
             f"{_window_minus_1h(p.overprovisioned_window)})\n"
@@ -401,7 +445,7 @@ def alerting_rules(th: Thresholds, p: RuleParams) -> tuple[list[dict[str, Any]],
                 where=_WHERE_ENGINE,
                 q=f"{round(p.overprovisioned_quantile * 100, 2):g}",
                 window=p.overprovisioned_window,
-                below=_pct(p.overprovisioned_below),
+                below=percent(p.overprovisioned_below),
             ),
             for_=p.overprovisioned_for,
             dashboard_uid=cap,
@@ -566,7 +610,7 @@ def render(thresholds: Thresholds, params: RuleParams, fmt: str = "rules", varia
         "# Generated by `kv-sidecar rules render` (sidecar/artifacts/rules.py); do not edit by hand.\n"
         "# Change the `thresholds:`/`alerts:` config sections or the generator, then re-render\n"
         "# (the repository's alerts/kvcache.rules.yaml: `make generate`; a test keeps it current).\n"
-        f"# variant={variant} watermark={_num(thresholds.watermark)} warning={_num(thresholds.warning)} "
-        f"target_usage={_num(thresholds.target_usage)}\n"
+        f"# variant={variant} watermark={promql_number(thresholds.watermark)} "
+        f"warning={promql_number(thresholds.warning)} target_usage={promql_number(thresholds.target_usage)}\n"
     )
     return header + dump_yaml(doc)

@@ -8,10 +8,13 @@ flag and the fix, and exit code 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 from collections.abc import Callable
+from typing import Any
 
-from .. import files
+from .. import input_files as files
 from .blocks import parse_version
 from .budget import (
     ServingFlags,
@@ -24,9 +27,19 @@ from .budget import (
 )
 from .config import load_model
 from .dtypes import KV_CACHE_DTYPES, SERVED_DTYPES
+from .engines import (
+    ENGINES,
+    TGI_BLOCK_SIZE,
+    TGI_DEFAULT_ATTENTION,
+    TRTLLM_DEFAULT_FREE_FRACTION,
+    EngineCapacity,
+    sglang_capacity,
+    tgi_capacity,
+    trtllm_capacity,
+)
 from .errors import CapacityError
 from .explain import comparison_lines, explain_lines
-from .layout import DEFAULT_MAX_NUM_BATCHED_TOKENS, kv_layout
+from .layout import DEFAULT_MAX_NUM_BATCHED_TOKENS, KVLayout, kv_layout
 from .profile_terms import DEFAULT_SAMPLER, SAMPLER_FACTORS
 from .startup_log import LoggedProfile, parse_startup_log
 from .table import RENDERERS, build_table
@@ -44,6 +57,8 @@ examples:
   kv-sidecar capacity --model-config Llama-3.1-8B/config.json
   kv-sidecar capacity --model-config ./Qwen3-32B --gpu-memory H100-80GB -tp 2 --kv-cache-dtype fp8
   kv-sidecar capacity --model-config config.json --kv-cache-memory-bytes 6GiB --context-lengths 4096 --format json
+  kv-sidecar capacity --model-config Llama-3.1-8B --gpu-memory H100-80GB --engine sglang --mem-fraction-static 0.88
+  kv-sidecar capacity --model-config Llama-3.1-8B --gpu-memory H100-80GB --engine tgi --tgi-attention paged
 
 units: 80GiB = 80 x 2^30 bytes; 80GB = 80 x 10^9 bytes; a GPU name (H100-80GB) = the total memory vLLM sees.
 """
@@ -162,6 +177,35 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="vLLM platform: block size and hybrid rules (default: %(default)s)",
     )
     a("--vllm-version", metavar="X.Y.Z", help="apply this vLLM version's counting rules (default: the newest)")
+    a(
+        "--engine",
+        default="vllm",
+        choices=ENGINES,
+        help="the inference server whose arithmetic to apply (default: %(default)s); the others need --gpu-memory",
+    )
+    a(
+        "--mem-fraction-static",
+        metavar="FRACTION",
+        help="SGLang: weights + KV as a share of the GPU's TOTAL memory (required with --engine sglang)",
+    )
+    a(
+        "--free-gpu-memory-fraction",
+        default=str(TRTLLM_DEFAULT_FREE_FRACTION),
+        metavar="FRACTION",
+        help="TensorRT-LLM: the KV cache's share of the memory FREE after the weights (default: %(default)s)",
+    )
+    a(
+        "--tokens-per-block",
+        default="32",
+        metavar="N",
+        help="TensorRT-LLM: tokens per KV block (KvCacheConfig.tokens_per_block, default: %(default)s)",
+    )
+    a(
+        "--tgi-attention",
+        default=TGI_DEFAULT_ATTENTION,
+        choices=sorted(TGI_BLOCK_SIZE),
+        help="TGI: the attention backend TGI logs at start-up, which sets its block size (default: %(default)s)",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -206,6 +250,19 @@ def _fraction(value: str, flag: str) -> float:
     except ValueError:
         raise CapacityError(f"{flag}: {value!r} is not a number between 0 and 1") from None
     return check_utilization(number)
+
+
+def _share(value: str, flag: str) -> float:
+    """A memory share flag of another engine: a number above 0 and at most 1, or one line naming the flag."""
+    try:
+        if not str(value).isascii():
+            raise ValueError
+        number = float(value)
+    except ValueError:
+        raise CapacityError(f"{flag}: {value!r} is not a number between 0 and 1") from None
+    if not 0 < number <= 1:
+        raise CapacityError(f"{flag}: must be above 0 and at most 1, got {number!r}")
+    return number
 
 
 def run(args: argparse.Namespace) -> int:
@@ -310,6 +367,20 @@ def table_text(args: argparse.Namespace) -> str:
     else:
         weights = weights_bytes(spec, tp=tp, pp=pp, dtype=layout.served_dtype)
     gpu_memory = parse_memory(args.gpu_memory) if args.gpu_memory else None
+    if args.engine != "vllm":
+        return engine_text(
+            args.engine,
+            layout,
+            gpu_memory_bytes=gpu_memory,
+            weights_bytes=weights,
+            mem_fraction_static=None
+            if args.mem_fraction_static is None
+            else _share(args.mem_fraction_static, "--mem-fraction-static"),
+            free_gpu_memory_fraction=_share(args.free_gpu_memory_fraction, "--free-gpu-memory-fraction"),
+            tokens_per_block=_int(args.tokens_per_block, "--tokens-per-block"),
+            tgi_attention=args.tgi_attention,
+            output=args.format,
+        )
     budget = None
     if args.kv_cache_memory_bytes is not None:
         budget = exact_budget(_memory_flag(args.kv_cache_memory_bytes, "--kv-cache-memory-bytes"))
@@ -351,6 +422,58 @@ def table_text(args: argparse.Namespace) -> str:
         weights_given=args.weights_memory is not None,
     )
     return RENDERERS[args.format](table)
+
+
+def engine_capacity(
+    engine: str,
+    layout: KVLayout,
+    *,
+    gpu_memory_bytes: int | None,
+    weights_bytes: int,
+    mem_fraction_static: float | None,
+    free_gpu_memory_fraction: float,
+    tokens_per_block: int,
+    tgi_attention: str,
+) -> EngineCapacity:
+    """``engine``'s capacity for one GPU: free memory after the weights = total − weights (per rank)."""
+    if gpu_memory_bytes is None:
+        raise CapacityError(f"--engine {engine}: give --gpu-memory (a size or a GPU name such as H100-80GB)")
+    free = gpu_memory_bytes - weights_bytes
+    if free <= 0:
+        raise CapacityError(
+            f"--gpu-memory: {gpu_memory_bytes:,} bytes do not hold the weights ({weights_bytes:,} bytes per GPU)"
+        )
+    if engine == "sglang":
+        if mem_fraction_static is None:
+            raise CapacityError("--engine sglang: give --mem-fraction-static (SGLang's value, as it logs it)")
+        return sglang_capacity(
+            layout, total_bytes=gpu_memory_bytes, free_after_weights_bytes=free, mem_fraction_static=mem_fraction_static
+        )
+    if engine == "trtllm":
+        return trtllm_capacity(
+            layout,
+            free_after_weights_bytes=free,
+            free_gpu_memory_fraction=free_gpu_memory_fraction,
+            tokens_per_block=tokens_per_block,
+        )
+    return tgi_capacity(layout, total_bytes=gpu_memory_bytes, free_after_warmup_bytes=free, attention=tgi_attention)
+
+
+def engine_text(engine: str, layout: KVLayout, *, output: str, **memory: Any) -> str:
+    """The capacity of ``engine`` as text (``--format table``/``markdown``) or JSON."""
+    cap = engine_capacity(engine, layout, **memory)
+    if output == "json":
+        return json.dumps(dataclasses.asdict(cap), indent=2) + "\n"
+    lines = [
+        f"engine: {cap.engine}",
+        f"KV bytes per token (per GPU): {cap.bytes_per_token:,}",
+        f"KV budget (per GPU): {cap.kv_budget_bytes:,} bytes ({cap.kv_budget_bytes / (1 << 30):.2f} GiB)",
+        f"blocks: {cap.num_blocks:,} of {cap.block_size:,} tokens",
+        f"capacity: {cap.capacity_tokens:,} tokens",
+        f"memory lever: {cap.lever} = {cap.lever_value:g}",
+        f"note: {cap.caveat}",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import files
+from .. import input_files as files
 from ..limits import LIMITS, OutOfRange, finite_number, whole_number
 from .errors import CapacityError
 from .hub_defaults import fill_class_defaults
@@ -99,7 +99,7 @@ def load_model(path: str | Path) -> ModelSpec:
 
     A ``model.safetensors.index.json`` beside it, when present, gives the
     exact weight size (its ``metadata.total_size``). Both are read by
-    :func:`sidecar.files.read_json` (a regular file, at most 16 MiB and 64 MiB,
+    :func:`sidecar.input_files.read_json` (a regular file, at most 16 MiB and 64 MiB,
     nesting bounded); every field KV sizing reads is checked by :func:`spec_from_dict`.
     Raises :class:`ModelFileMissing` when there is no such file, :class:`CapacityError` otherwise.
     """

@@ -11,7 +11,9 @@ Traps handled here (each in docs/vllm-metrics.md):
 * The usage gauge is a fraction 0..1 under both names (``kv_cache_usage_perc``
   since 0.9.2, ``gpu_cache_usage_perc`` before; both in 0.9.2-0.10).
 * ``vllm:cache_config_info`` has ``engine`` but no ``model_name``: it joins
-  on ``engine``. Its labels change by version, so they are kept verbatim.
+  on ``engine``. Its labels change by version: :func:`kv_pool` types the ones
+  something reads into a :class:`~sidecar.observation.KVPool` (the only place
+  they are parsed) and keeps them all verbatim as the pool's ``info``.
 * ``engine`` is missing before V1 (and on old V1 info gauges): engine "0".
 * With ``--api-server-count > 1`` (prometheus_client multiprocess mode) a
   series can come once per ``pid``: gauges fold by ``max`` (every copy is the
@@ -42,11 +44,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, cast
 
+from ..capacity.vllm_rules import served_version
 from ..generations import Generation
 from ..limits import finite_number, whole_number
-from ..observation import EngineScrape, Histogram, Observation, Rejections
+from ..observation import USAGE_SLACK, EngineScrape, Histogram, KVPool, Observation, Rejections
+from .families import no_capacity
 
 KIND = "vllm"
 
@@ -62,8 +66,9 @@ ScalarField = Literal[
     "requests_swapped",
     "prompt_tokens",
     "generation_tokens",
+    "offload_usage_ratio",
 ]
-LabelField = Literal["requests_waiting_by_reason", "sleep_state"]
+LabelField = Literal["requests_waiting_by_reason", "sleep_state", "admission_rejections_by_reason"]
 HistogramField = Literal["prompt_length", "generation_length"]
 Fold = Literal["max", "sum"]
 
@@ -80,12 +85,19 @@ SCALARS: dict[ScalarField, tuple[Fold, tuple[str, ...]]] = {
     "requests_swapped": ("max", ("vllm:num_requests_swapped",)),
     "prompt_tokens": ("sum", ("vllm:prompt_tokens_total",)),
     "generation_tokens": ("sum", ("vllm:generation_tokens_total",)),
+    # the CPU offload tier (PR #45737, help text "experimental: name may change"):
+    # (allocated − free − evictable blocks) ÷ the tier's blocks, CPUOffloadingManager.get_stats in
+    # vllm/v1/kv_offload/cpu/manager.py; read into Observation.offload_usage_by_tier["cpu"]
+    "offload_usage_ratio": ("max", ("vllm:kv_offload_cpu_cache_usage_perc",)),
 }
 
 #: Gauges split by one label: Observation field -> (sample name, label key).
 BY_LABEL: dict[LabelField, tuple[str, str]] = {
     "requests_waiting_by_reason": ("vllm:num_requests_waiting_by_reason", "reason"),
     "sleep_state": ("vllm:engine_sleep_state", "sleep_state"),
+    # a counter without an ``engine`` label (vLLM PR #55812: one API-server queue per model), given to
+    # the model's lowest engine (:func:`_read_admission_rejections`)
+    "admission_rejections_by_reason": ("vllm:admission_rejections_total", "reason"),
 }
 
 #: Histograms: Observation field -> family name (samples ``_bucket``, ``_count``, ``_sum``).
@@ -108,12 +120,11 @@ CACHE_NUMBERS: dict[str, tuple[bool, float, float]] = {
 }
 #: The range of every count read (counters, queue lengths, histogram buckets): page.count.
 MAX_COUNT = float(1 << 63)
-#: Float slack around [0, 1] for the usage fraction (vLLM computes 1 - free / total).
-USAGE_SLACK = 1e-9
 #: The range of each scalar field; every other field is a count in [0, MAX_COUNT].
 RANGES: dict[str, tuple[float, float]] = {
     "usage_ratio": (-USAGE_SLACK, 1 + USAGE_SLACK),
     "prefix_cache_hit_rate_gauge": (-1.0, 1 + USAGE_SLACK),  # V0: -1 when prefix caching is off
+    "offload_usage_ratio": (-USAGE_SLACK, 1 + USAGE_SLACK),
 }
 #: Default of targets[].label_values_limit (the settings row is the source; this is for direct callers).
 LABEL_VALUES_LIMIT = 32
@@ -135,14 +146,16 @@ def needed_sample_names() -> frozenset[str]:
 
 
 NEEDED = needed_sample_names()
+#: Sample names that prove a page is vLLM's (:func:`sidecar.engines.detect`): any it reads, all ``vllm:``.
+SIGNATURE = NEEDED
 
 _Sample = tuple[str, dict[str, str], float]  # (name, labels, value)
 _Key = tuple[str, str]  # (model_name, engine)
 _ByName = dict[str, list[tuple[dict[str, str], float]]]  # sample name -> (labels, value) in page order
 
 
-class _Fields(TypedDict, total=False):
-    """What one (model_name, engine) got from a scrape: Observation's keyword arguments."""
+class _ObservationFields(TypedDict, total=False):
+    """Observation's keyword arguments a scrape fills."""
 
     usage_ratio: float | None
     prefix_cache_queries_tokens: float | None
@@ -152,12 +165,20 @@ class _Fields(TypedDict, total=False):
     requests_running: float | None
     requests_waiting: float | None
     requests_waiting_by_reason: Mapping[str, float]
+    admission_rejections_by_reason: Mapping[str, float]
     requests_swapped: float | None
     prompt_tokens: float | None
     generation_tokens: float | None
     prompt_length: Histogram | None
     generation_length: Histogram | None
     sleep_state: str | None
+
+
+class _Fields(_ObservationFields, total=False):
+    """What one (model_name, engine) got from a scrape: Observation's keyword arguments, and the
+    offload tier's usage (:func:`_observation` keys it by tier)."""
+
+    offload_usage_ratio: float | None
 
 
 def _key(labels: dict[str, str]) -> _Key:
@@ -181,14 +202,18 @@ def detect_generation(present: set[str], cache_configs: Iterable[dict[str, str]]
     return Generation.V1.value
 
 
-def normalise(samples: Iterable[_Sample], *, label_values_limit: int = LABEL_VALUES_LIMIT) -> EngineScrape | None:
+def normalise(
+    samples: Iterable[_Sample], *, label_values_limit: int = LABEL_VALUES_LIMIT, capacity_tokens: int | None = None
+) -> EngineScrape | None:
     """Observations per (model_name, engine) from a scrape's samples; None when no vLLM family is present.
 
     ``samples`` are ``(name, labels, value)`` as yielded by ``prometheus_client.parser``. A value that
     cannot be what it measures is dropped (NaN, ±Inf, a negative count, a usage outside 0..1) and
     counted in the result's ``dropped``; a number of ``vllm:cache_config_info`` that cannot be one
     raises :class:`~sidecar.limits.OutOfRange`. ``label_values_limit``: distinct waiting reasons and
-    sleep states kept per engine (0 = no limit).
+    sleep states kept per engine (0 = no limit). ``capacity_tokens`` (``targets[].capacity_tokens``) is
+    used only for an engine without ``vllm:cache_config_info``; without either, the engine's usage is
+    exported, its capacity gauges are absent and ``no_capacity`` is counted (:func:`.families.no_capacity`).
     """
     by_name: _ByName = defaultdict(list)
     seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
@@ -213,22 +238,42 @@ def normalise(samples: Iterable[_Sample], *, label_values_limit: int = LABEL_VAL
     rejections = Rejections()
     _drop_duplicated(by_name, duplicated, rejections)
     cache_configs = _cache_configs(by_name)
+    pools = {engine: kv_pool(info) for engine, info in cache_configs.items()}
     fields: defaultdict[_Key, _Fields] = defaultdict(_Fields)
     _read_scalars(by_name, fields, rejections)
     _read_by_label(by_name, fields, rejections, label_values_limit)
     _read_histograms(by_name, fields, rejections)
+    _read_admission_rejections(by_name, fields, rejections, label_values_limit)
     # No fields (e.g. an engine still starting, only the info gauge): no per-model state yet.
+    operators = None if capacity_tokens is None else operator_pool(capacity_tokens)
     observations = [
-        Observation(
-            model_name=model_name,
-            engine=engine,
-            cache_config=cache_configs.get(engine, cache_configs.get("0", {})),
-            **fields[(model_name, engine)],
-        )
+        _observation(model_name, engine, _pool_of(pools, engine) or operators, fields[(model_name, engine)])
         for model_name, engine in sorted(fields)
     ]
+    absent = no_capacity(observations, rejections, field="vllm:cache_config_info", reason=NO_CAPACITY)
     generation = detect_generation(present, cache_configs.values())
-    return EngineScrape(KIND, generation, tuple(observations), rejections.counts, rejections.examples)
+    return EngineScrape(KIND, generation, tuple(observations), rejections.counts, rejections.examples, absent)
+
+
+#: Why an engine has no capacity (counted as ``no_capacity``; the absent gauges' reason), and the fix.
+NO_CAPACITY = (
+    "the page has no vllm:cache_config_info (vLLM before 0.7, or a trimmed page): set targets[].capacity_tokens "
+    "to the 'GPU KV cache size: N tokens' vLLM logs at start-up"
+)
+
+
+def operator_pool(capacity_tokens: int) -> KVPool:
+    """The pool of ``targets[].capacity_tokens`` for a page without ``cache_config_info``: token-sized blocks
+    and no null block, so used = usage x capacity (to the token, where vLLM's own pool counts whole blocks)."""
+    return KVPool(num_blocks=capacity_tokens, block_size=1, null_blocks=0, capacity_tokens=capacity_tokens)
+
+
+def _observation(model_name: str, engine: str, pool: KVPool | None, found: _Fields) -> Observation:
+    """One engine's Observation from what the tables read; the offload tier's usage keyed by its tier."""
+    offload = found.get("offload_usage_ratio")
+    tiers = {} if offload is None else {"cpu": offload}
+    kwargs = cast(_ObservationFields, {k: v for k, v in found.items() if k != "offload_usage_ratio"})
+    return Observation(model_name=model_name, engine=engine, pool=pool, offload_usage_by_tier=tiers, **kwargs)
 
 
 def _family(name: str) -> str:
@@ -255,25 +300,103 @@ def _show(labels: Mapping[str, str]) -> str:
     return "{" + (text if len(text) <= 80 else text[:77] + "...") + "}"
 
 
-def _cache_configs(by_name: _ByName) -> dict[str, dict[str, str]]:
-    """The info gauge's labels per ``engine`` (it has no ``model_name``), without ``engine`` and ``pid``.
+#: The labels of a hybrid KV layout, for which ``num_gpu_blocks × block_size`` is not a token
+#: capacity (vllm issue #51163, PR #42206): label -> its value on a plain model.
+#: ``mamba_cache_dtype``/``mamba_ssm_cache_dtype``/``mamba_cache_mode`` are deliberately absent: they
+#: carry defaults on plain models (seen on vLLM 0.32).
+HYBRID_SIGNS: tuple[tuple[str, str], ...] = (
+    ("sliding_window", "None"),
+    ("mamba_page_size_padded", "None"),
+    ("mamba_block_size", "None"),
+)
 
-    Raises :class:`~sidecar.limits.OutOfRange` for a number of :data:`CACHE_NUMBERS` that cannot be one.
+
+def _cache_configs(by_name: _ByName) -> dict[str, dict[str, str]]:
+    """The info gauge's labels per ``engine`` (it has no ``model_name``), without ``engine`` and ``pid``."""
+    return {
+        labels.get("engine", "0"): {k: v for k, v in labels.items() if k not in ("engine", "pid")}
+        for labels, _ in by_name.get(CACHE_CONFIG_INFO, ())
+    }
+
+
+def cache_numbers(info: Mapping[str, str]) -> dict[str, float]:
+    """The :data:`CACHE_NUMBERS` labels of ``info`` that are set, as checked numbers (whole ones as int).
+
+    Raises :class:`~sidecar.limits.OutOfRange` for one that cannot be what it counts.
     """
-    cache_configs: dict[str, dict[str, str]] = {}
-    for labels, _ in by_name.get(CACHE_CONFIG_INFO, ()):
-        info = {k: v for k, v in labels.items() if k not in ("engine", "pid")}
-        for key, (whole, low, high) in CACHE_NUMBERS.items():
-            raw = info.get(key)
-            if raw is None or raw in ("None", ""):
-                continue
-            where = f"cache_config_info.{key}"
-            if whole:
-                whole_number(raw, where, low=int(low), high=int(high))
-            else:
-                finite_number(raw, where, low=low, high=high)
-        cache_configs[labels.get("engine", "0")] = info
-    return cache_configs
+    numbers: dict[str, float] = {}
+    for key, (whole, low, high) in CACHE_NUMBERS.items():
+        raw = info.get(key)
+        if raw is None or raw in ("None", ""):
+            continue
+        where = f"cache_config_info.{key}"
+        if whole:
+            numbers[key] = whole_number(raw, where, low=int(low), high=int(high))
+        else:
+            numbers[key] = finite_number(raw, where, low=low, high=high)
+    return numbers
+
+
+def is_hybrid(info: Mapping[str, str]) -> bool:
+    """True when the cache config shows sliding-window, mamba or attention-free layers."""
+    if info.get("is_attention_free") == "True":
+        return True
+    return any(info.get(key, absent) != absent for key, absent in HYBRID_SIGNS)
+
+
+def kv_pool(info: Mapping[str, str]) -> KVPool:
+    """The pool of one engine from its ``vllm:cache_config_info`` labels; the one place they are read.
+
+    Raises :class:`~sidecar.limits.OutOfRange` for a number of :data:`CACHE_NUMBERS` that cannot be one
+    (every capacity gauge stands on them).
+
+    * capacity: ``kv_cache_size_tokens`` (vLLM PR #42206, group-aware) when present, else
+      ``num_gpu_blocks × block_size`` (``_report_kv_cache_config`` in ``vllm/v1/core/kv_cache_utils.py``)
+      except for hybrid models, where ``block_size`` is the minimum over groups and the product is
+      meaningless; block 0 is ``BlockPool``'s null block (``vllm/v1/core/block_pool.py``);
+    * ``max_model_len``: ``kv_cache_size_tokens ÷ kv_cache_max_concurrency``, rounded: vLLM sets
+      ``kv_cache_size_tokens = int(max_concurrency × max_model_len)`` (``get_kv_cache_capacity``;
+      docs/capacity.md, "The tokens line across versions"), so the ratio is ``max_model_len`` up to
+      the int() truncation;
+    * the version floor: a label added in a release dates the server at that release or later
+      (:func:`sidecar.capacity.vllm_rules.served_version`).
+    """
+    numbers = cache_numbers(info)
+    blocks, block_size = _whole(numbers, "num_gpu_blocks"), _whole(numbers, "block_size")
+    hybrid = is_hybrid(info)
+    capacity = _whole(numbers, "kv_cache_size_tokens")
+    if capacity is None and not hybrid and blocks is not None and block_size is not None:
+        capacity = blocks * block_size
+    tokens, concurrency = numbers.get("kv_cache_size_tokens"), numbers.get("kv_cache_max_concurrency")
+    dtype = info.get("cache_dtype")
+    prefix = info.get("enable_prefix_caching")
+    return KVPool(
+        num_blocks=blocks,
+        block_size=block_size,
+        null_blocks=1,
+        capacity_tokens=capacity,
+        hybrid=hybrid,
+        kv_dtype=None if dtype in (None, "None", "") else dtype.lower(),
+        kv_cache_memory_bytes=_whole(numbers, "kv_cache_memory_bytes"),
+        max_model_len=int(round(tokens / concurrency)) if tokens and concurrency else None,
+        prefix_caching={"True": True, "False": False}.get(prefix or ""),
+        memory_lever="gpu_memory_utilization",
+        memory_fraction=numbers.get("gpu_memory_utilization"),
+        version_floor=served_version(info, None),
+        info=info,
+    )
+
+
+def _pool_of(pools: Mapping[str, KVPool], engine: str) -> KVPool | None:
+    """The pool of ``engine``: its own info gauge, else engine "0"'s (old V1 info gauges have no
+    ``engine`` label); None when there is none or it has no label at all (nothing to read)."""
+    pool = pools.get(engine, pools.get("0"))
+    return pool if pool is not None and pool.info else None
+
+
+def _whole(numbers: Mapping[str, float], key: str) -> int | None:
+    value = numbers.get(key)
+    return None if value is None else int(value)
 
 
 def _usable(field: str, value: float) -> bool:
@@ -319,6 +442,31 @@ def _read_by_label(
     for key, states in _split_by_label(by_name, name, label, rejections, label_values_limit).items():
         active = [state for state, v in states.items() if v >= 1]
         fields[key]["sleep_state"] = active[0] if active else None
+
+
+def _read_admission_rejections(
+    by_name: _ByName, fields: defaultdict[_Key, _Fields], rejections: Rejections, label_values_limit: int
+) -> None:
+    """``vllm:admission_rejections_total{model_name, reason}``: summed over ``pid`` copies (a counter per
+    process), given to the lowest engine of its model that the page shows. The family deliberately has
+    no ``engine`` label (PR #55812: the queue limits act in the API server, before any engine), so
+    giving it to one engine keeps a sum over engines right; a model with no engine series is skipped."""
+    name, label = BY_LABEL["admission_rejections_by_reason"]
+    per_model: dict[str, dict[str, float]] = defaultdict(dict)
+    for labels, value in by_name.get(name, ()):
+        if not _usable("", value):
+            rejections.add("invalid_value", name, repr(value))
+            continue
+        model, reason = labels.get("model_name", ""), labels.get(label, "")
+        counts = per_model[model]
+        if reason not in counts and label_values_limit and len(counts) >= label_values_limit:
+            rejections.add("label_values", f"{name}{{{label}}}", repr(reason[:40]))
+            continue
+        counts[reason] = counts.get(reason, 0.0) + value
+    for model, counts in per_model.items():
+        engines = sorted(engine for m, engine in fields if m == model)
+        if engines:
+            fields[(model, engines[0])]["admission_rejections_by_reason"] = counts
 
 
 def _split_by_label(

@@ -5,10 +5,15 @@ One pure function, :func:`advise`, over plain numbers: the pool vLLM runs with n
 (:class:`ServedModel`, absent without ``model.config``) and the policy's settings
 (:class:`AdviceSettings`). It decides
 
-- the *memory mode*: vLLM takes its KV budget from ``kv_cache_memory_bytes`` when
-  that is set and ignores ``gpu_memory_utilization`` then (``CacheConfig`` in
-  ``vllm/config/cache.py``; ``Worker.determine_available_memory`` in
-  ``vllm/v1/worker/gpu_worker.py``), so the suggestion names the setting that acts;
+- the *memory mode*: the engine's setting that sizes its pool (:data:`LEVERS`). vLLM takes its
+  KV budget from ``kv_cache_memory_bytes`` when that is set and ignores
+  ``gpu_memory_utilization`` then (``CacheConfig`` in ``vllm/config/cache.py``;
+  ``Worker.determine_available_memory`` in ``vllm/v1/worker/gpu_worker.py``), so the
+  suggestion names the setting that acts. SGLang's ``--mem-fraction-static`` is a share of
+  TOTAL memory like vLLM's utilization and takes the same inverse formula; TensorRT-LLM's
+  ``free_gpu_memory_fraction`` is a share of the memory FREE after the weights, and scales the
+  pool in proportion (:mod:`sidecar.capacity.trtllm_fraction`); an engine with no such setting
+  (TGI, llama.cpp) gets replicas or nothing (``no_memory_lever``);
 - the suggested setting, the largest pool the GPU allows (``C_max``), the
   shortfall and replicas when even that pool is too small, and the cheaper
   *levers* (fp8 KV cache, fewer KV heads, a shorter ``max_model_len``);
@@ -30,6 +35,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..capacity import trtllm_fraction
 from ..capacity.budget import NonKVBytes
 from .recommendation import Recommendation, recommend
 from .sizing import (
@@ -47,19 +53,55 @@ from .sizing import (
 
 
 @dataclass(frozen=True)
-class Pool:
-    """The KV pool vLLM runs with now, from its gauges and ``cache_config_info`` labels."""
+class Lever:
+    """An engine's memory setting that sizes its KV pool as a fraction of GPU memory."""
 
-    #: vLLM's own capacity figure, null block included (unknown for hybrid models: then there is no advice)
+    #: the flag as the engine's command line spells it
+    flag: str
+    #: "total": a share of the GPU's total memory (the budget moves by Δf × M); "free": a share of the
+    #: memory free after the weights (the pool scales in proportion to f)
+    share_of: str
+
+
+#: The memory levers the advice can size, by ``KVPool.memory_lever`` (docs/forecast.md, "Per lever").
+#: vLLM: ``requested_memory = total × gpu_memory_utilization`` (``vllm/v1/worker/gpu_worker.py``).
+#: SGLang: ``rest_memory = available_gpu_memory − total_gpu_memory × (1 − mem_fraction_static)``,
+#: ``max_num_token = rest_memory ÷ cell_size`` (``profile_max_num_token`` in
+#: ``python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py`` at v0.5.8; ``model_runner.py``
+#: before): ``available_gpu_memory`` is measured after the weights load and does not depend on the
+#: fraction, ``total_gpu_memory`` before it (the GPU's memory on a dedicated GPU), so the budget
+#: moves by Δf × M exactly as vLLM's does.
+#: TensorRT-LLM: ``KV budget = free memory after weights × free_gpu_memory_fraction``.
+LEVERS: dict[str, Lever] = {
+    "gpu_memory_utilization": Lever("--gpu-memory-utilization", "total"),
+    "mem_fraction_static": Lever("--mem-fraction-static", "total"),
+    "free_gpu_memory_fraction": Lever(trtllm_fraction.SERVE_FLAG, "free"),
+}
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The KV pool the engine runs with now, from its page (:class:`~sidecar.observation.KVPool`)."""
+
+    #: the engine's own capacity figure (vLLM: null block included; unknown for hybrid models: then
+    #: there is no advice)
     capacity_tokens: float
     block_size: int
-    #: the ``kv_cache_memory_bytes`` label when set (then it, not the utilization, sizes the pool)
+    #: vLLM's ``kv_cache_memory_bytes`` label when set (then it, not the utilization, sizes the pool)
     kv_cache_memory_bytes: float | None = None
-    #: the ``gpu_memory_utilization`` label
+    #: the value of ``memory_lever`` (vLLM's ``gpu_memory_utilization`` label, SGLang's
+    #: ``mem_fraction_static``, TensorRT-LLM's ``free_gpu_memory_fraction``); None when not on the page
     gpu_memory_utilization: float | None = None
     max_model_len: int | None = None
     #: requests in the running batch (for the ``max_model_len`` lever)
     requests_running: float | None = None
+    #: the engine's memory setting (a key of :data:`LEVERS`; anything else: no setting to size)
+    memory_lever: str | None = "gpu_memory_utilization"
+    #: blocks never allocatable (vLLM 1, the null block; SGLang and TensorRT-LLM 0)
+    null_blocks: int = 1
+    #: the flag's spelling when it differs from :data:`LEVERS`' (vLLM's ``--device-memory-utilization``
+    #: alias, named when the server's version has it)
+    flag: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,11 +165,18 @@ def advise(
     this engine has been watched (the warm-up gate). Without a pool size or a peak there is
     nothing to advise: the caller says ``none/insufficient_data`` then.
     """
-    c0, bs, peak = pool.capacity_tokens, pool.block_size, peak_demand_tokens
+    c0, bs, peak = _with_null_block(pool), pool.block_size, peak_demand_tokens
     bpt: float | None = model.bytes_per_token if model is not None else None
     if bpt is None and pool.kv_cache_memory_bytes:
-        bpt = pool.kv_cache_memory_bytes / c0  # vLLM's own pool: budget ÷ tokens (exact up to the floor to blocks)
-    memory = _memory(peak, c0, bs, bpt, pool, model, settings)
+        # the engine's own pool: budget ÷ its tokens (exact up to the floor to blocks)
+        bpt = pool.kv_cache_memory_bytes / pool.capacity_tokens
+    mode = memory_mode(pool)
+    if mode == "free_gpu_memory_fraction":
+        memory = _free_fraction_memory(peak, pool, settings)
+    elif mode == "none":
+        memory = _Memory(max_capacity_tokens=c0)  # no setting to raise: today's pool is the largest
+    else:
+        memory = _memory(peak, c0, bs, bpt, pool, model, settings)
 
     shortfall = replicas = None
     levers: dict[str, float] = {}
@@ -153,7 +202,7 @@ def advise(
         block_size=bs,
         target_usage=settings.target_usage,
         max_capacity_tokens=c_max,
-        memory_mode="kv_cache_memory_bytes" if pool.kv_cache_memory_bytes else "gpu_memory_utilization",
+        memory_mode=mode,
         kv_dtype_bytes=model.kv_dtype_bytes if model is not None else None,
         max_model_len=pool.max_model_len,
     )
@@ -205,6 +254,10 @@ def _memory(
         return _Memory(kv_cache_memory_bytes=suggested, max_capacity_tokens=c_max)
     if kv_bytes or not (u0 and bpt and model is not None):
         return _NO_MEMORY
+    if pool.memory_lever != "gpu_memory_utilization" and not model.gpu_memory_bytes:
+        # inferring M takes vLLM's non-KV terms (activation peak, CUDA graphs), which another
+        # engine's profile does not share: the suggestion needs model.gpu_memory there
+        return _NO_MEMORY
     memory, basis = gpu_memory_of(model, c0, bpt, u0)
     if not memory:
         return _NO_MEMORY
@@ -224,6 +277,46 @@ def _memory(
         u=hi, u0=u0, capacity_tokens=c0, bytes_per_token=bpt, gpu_memory_bytes=memory, block_size=bs
     )
     return _Memory(utilization=(basis, u), max_capacity_tokens=c_max)
+
+
+def memory_mode(pool: Pool) -> str:
+    """The setting that sizes the pool: ``kv_cache_memory_bytes`` when set (vLLM), else the lever, else "none"."""
+    if pool.kv_cache_memory_bytes:
+        return "kv_cache_memory_bytes"
+    if pool.memory_lever in LEVERS:
+        return pool.memory_lever
+    return "none"
+
+
+def _with_null_block(pool: Pool) -> float:
+    """The capacity in vLLM's convention (null block included), which sizing.py's formulas take.
+
+    An engine without a null block (SGLang, TensorRT-LLM) gets one virtual block added, so that
+    ``capacity − block_size`` is its whole pool, as usage is measured there.
+    """
+    return pool.capacity_tokens + max(0, 1 - pool.null_blocks) * pool.block_size
+
+
+def _free_fraction_memory(peak: float, pool: Pool, settings: AdviceSettings) -> _Memory:
+    """TensorRT-LLM's ``free_gpu_memory_fraction`` at which the peak sits at target, and ``C_max``.
+
+    The pool scales in proportion to the fraction (``F × f`` bytes with ``F`` the memory free after
+    the weights, which does not depend on ``f``): ``f* = f0 × ⌈peak ÷ target ÷ tpb⌉ ÷ B0``
+    (:func:`sidecar.capacity.trtllm_fraction.suggest_free_gpu_memory_fraction`), clamped to
+    ``[utilization_min, utilization_max]``; ``C_max`` = the blocks at the upper bound,
+    ``⌊B0 × hi ÷ f0⌋``, plus the virtual null block (:func:`_with_null_block`). Needs only the page
+    and the fraction the engine runs with: basis "proportional".
+    """
+    f0, bs = pool.gpu_memory_utilization, pool.block_size
+    blocks0 = int(pool.capacity_tokens // bs)
+    if not f0 or blocks0 < 1:
+        return _NO_MEMORY
+    f = trtllm_fraction.suggest_free_gpu_memory_fraction(
+        f0=f0, max_blocks=blocks0, tokens_per_block=bs, peak_demand_tokens=peak, target_usage=settings.target_usage
+    )
+    f = min(max(f, settings.utilization_min), settings.utilization_max)
+    hi_blocks = trtllm_fraction.blocks_at_fraction(f=settings.utilization_max, f0=f0, blocks0=blocks0)
+    return _Memory(utilization=("proportional", f), max_capacity_tokens=(hi_blocks + 1) * bs)
 
 
 def gpu_memory_of(model: ServedModel, c0: float, bpt: float, u0: float) -> tuple[float, str]:
@@ -273,38 +366,44 @@ def _levers(c_max: float, bs: int, pool: Pool, model: ServedModel | None) -> dic
 
 
 def capacity_after(advice: Advice, pool: Pool, model: ServedModel | None) -> float | None:
-    """vLLM's capacity (null block included) one replica gets from the advice; None: nothing to compute.
+    """The engine's capacity (its own figure) one replica gets from the advice; None: nothing to compute.
 
     A suggested ``kv_cache_memory_bytes``: its whole blocks (``get_num_blocks`` in
-    ``vllm/v1/core/kv_cache_utils.py`` floors the budget to pages). A suggested utilization:
-    :func:`~sidecar.forecast.sizing.capacity_at_utilization` with the GPU memory the suggestion
-    used. ``enable_fp8_kv_cache``: the fp8 lever's pool. Anything else keeps the current pool.
+    ``vllm/v1/core/kv_cache_utils.py`` floors the budget to pages). A suggested fraction of total
+    memory: :func:`~sidecar.forecast.sizing.capacity_at_utilization` with the GPU memory the
+    suggestion used; of free memory (TensorRT-LLM): ``⌊B0 × f ÷ f0⌋`` blocks. ``enable_fp8_kv_cache``:
+    the fp8 lever's pool. Anything else keeps the current pool.
     """
-    bs, c0 = pool.block_size, pool.capacity_tokens
+    bs, c0 = pool.block_size, _with_null_block(pool)
+    virtual = c0 - pool.capacity_tokens  # the null block added for engines without one
     if advice.recommendation.action == "enable_fp8_kv_cache" and "fp8_kv_cache" in advice.lever_capacity_tokens:
-        return float(advice.lever_capacity_tokens["fp8_kv_cache"])
+        return float(advice.lever_capacity_tokens["fp8_kv_cache"]) - virtual
     if advice.suggested_kv_cache_memory_bytes is not None:
         bpt = model.bytes_per_token if model is not None else None
         if bpt is None and pool.kv_cache_memory_bytes:
-            bpt = pool.kv_cache_memory_bytes / c0  # as advise() does without model.config
+            bpt = pool.kv_cache_memory_bytes / pool.capacity_tokens  # as advise() does without model.config
         if not bpt:
             return None
         # 1e-6 of a block: the suggestion is C* × bpt rounded to a byte, which must not lose C*'s last block
         return float(math.floor(advice.suggested_kv_cache_memory_bytes / (bs * bpt) + 1e-6) * bs)
-    u0 = pool.gpu_memory_utilization
-    if advice.suggested_gpu_memory_utilization is None or model is None or not u0:
+    u0, suggested = pool.gpu_memory_utilization, advice.suggested_gpu_memory_utilization
+    if suggested is None or not u0:
+        return None
+    if memory_mode(pool) == "free_gpu_memory_fraction":
+        blocks0 = int(pool.capacity_tokens // bs)
+        return float(trtllm_fraction.blocks_at_fraction(f=suggested[1], f0=u0, blocks0=blocks0) * bs)
+    if model is None:
         return None
     memory, _basis = gpu_memory_of(model, c0, model.bytes_per_token, u0)  # the M the suggestion used
-    return float(
-        capacity_at_utilization(
-            u=advice.suggested_gpu_memory_utilization[1],
-            u0=u0,
-            capacity_tokens=c0,
-            bytes_per_token=model.bytes_per_token,
-            gpu_memory_bytes=memory,
-            block_size=bs,
-        )
+    after = capacity_at_utilization(
+        u=suggested[1],
+        u0=u0,
+        capacity_tokens=c0,
+        bytes_per_token=model.bytes_per_token,
+        gpu_memory_bytes=memory,
+        block_size=bs,
     )
+    return float(after - virtual)
 
 
 def utilization_text(u: float) -> str:
@@ -317,35 +416,65 @@ def utilization_text(u: float) -> str:
     return text[:-1] if text.endswith("0") else text
 
 
+def lever_flag(pool: Pool) -> str | None:
+    """The flag that sets the pool's lever, as the engine's command line spells it (None: no lever)."""
+    if pool.flag:
+        return pool.flag
+    lever = LEVERS.get(pool.memory_lever or "")
+    return None if lever is None else lever.flag
+
+
 def current_flags(pool: Pool) -> tuple[str, ...]:
-    """The memory flag vLLM runs with now, as it would be written on its command line."""
+    """The memory flag the engine runs with now, as it would be written on its command line."""
+    flag = lever_flag(pool)
     if pool.kv_cache_memory_bytes:
         return (f"--kv-cache-memory-bytes {int(pool.kv_cache_memory_bytes)}",)
-    if pool.gpu_memory_utilization:
-        return (f"--gpu-memory-utilization {pool.gpu_memory_utilization:.2f}",)
+    if pool.gpu_memory_utilization and flag:
+        return (f"{flag} {pool.gpu_memory_utilization:.2f}",)
     return ()
 
 
 def flags_to_set(advice: Advice, pool: Pool) -> tuple[str, ...]:
     """The exact flags the advice sets (empty: nothing to change, or no value computable).
 
-    The memory setting when one is suggested and differs from today's, then ``--kv-cache-dtype fp8``
-    for ``enable_fp8_kv_cache`` and ``--max-model-len N`` for ``lower_max_model_len``.
+    The memory setting when one is suggested and differs from today's (the lever's own flag:
+    ``--gpu-memory-utilization`` or its alias, ``--mem-fraction-static``,
+    ``--kv_cache_free_gpu_memory_fraction``), then ``--kv-cache-dtype fp8`` for
+    ``enable_fp8_kv_cache`` and ``--max-model-len N`` for ``lower_max_model_len``.
     """
     action = advice.recommendation.action
     if action == "none":
         return ()
     out: list[str] = []
     kv, u = advice.suggested_kv_cache_memory_bytes, advice.suggested_gpu_memory_utilization
+    flag = lever_flag(pool)
     if kv is not None and kv != pool.kv_cache_memory_bytes:
         out.append(f"--kv-cache-memory-bytes {kv}")
-    elif u is not None and utilization_text(u[1]) != utilization_text(pool.gpu_memory_utilization or 0):
-        out.append(f"--gpu-memory-utilization {utilization_text(u[1])}")
+    elif u is not None and flag and utilization_text(u[1]) != utilization_text(pool.gpu_memory_utilization or 0):
+        out.append(f"{flag} {utilization_text(u[1])}")
     if action == "enable_fp8_kv_cache":
         out.append("--kv-cache-dtype fp8")
     if action == "lower_max_model_len" and "max_model_len" in advice.lever_capacity_tokens:
         out.append(f"--max-model-len {int(advice.lever_capacity_tokens['max_model_len'])}")
     return tuple(out)
+
+
+def advice_text(advice: Advice, pool: Pool) -> str:
+    """The memory suggestion as a sentence a person can act on, saying what the value is a share of.
+
+    TensorRT-LLM's fraction is a share of the memory FREE after the weights
+    (:func:`sidecar.capacity.trtllm_fraction.advice_text`); vLLM's and SGLang's of the GPU's total.
+    Empty when the advice suggests no memory setting.
+    """
+    u = advice.suggested_gpu_memory_utilization
+    if advice.suggested_kv_cache_memory_bytes is not None:
+        return f"--kv-cache-memory-bytes {advice.suggested_kv_cache_memory_bytes} (bytes of KV cache per GPU)"
+    flag = lever_flag(pool)
+    if u is None or flag is None:
+        return ""
+    if memory_mode(pool) == "free_gpu_memory_fraction":
+        return trtllm_fraction.advice_text(u[1])
+    return f"{flag} {utilization_text(u[1])} (a share of the GPU's TOTAL memory)"
 
 
 # --- one recommendation per workload ---------------------------------------------------------
@@ -428,11 +557,13 @@ def advise_workload(
     if after is None or after <= bs:
         after = pool.capacity_tokens
 
+    virtual = _with_null_block(pool) - pool.capacity_tokens  # sizing.py counts a null block
+
     def needed(capacity: float) -> int:
         return suggested_replicas(
             peak_demand_tokens=peak_demand_tokens,
             target_usage=target,
-            capacity_per_replica_tokens=capacity,
+            capacity_per_replica_tokens=capacity + virtual,
             block_size=bs,
         )
 
@@ -456,7 +587,7 @@ def advise_workload(
         capacity_after_tokens=after,
         replicas_needed_now=needed(pool.capacity_tokens),
         replicas_needed=replicas_after,
-        peak_usage_after_ratio=peak_demand_tokens / (replicas_after * (after - bs)),
+        peak_usage_after_ratio=peak_demand_tokens / (replicas_after * (after + virtual - bs)),
         concurrency_now=_concurrency(pool.capacity_tokens, pool),
         concurrency_after=_concurrency(after, pool),
         hot_replicas=tuple(r.name for r in hot),

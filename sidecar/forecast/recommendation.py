@@ -20,6 +20,13 @@ ACTIONS: tuple[str, ...] = (
     # advice then names the setting that does act (``Worker.determine_available_memory``).
     "raise_kv_cache_memory_bytes",
     "lower_kv_cache_memory_bytes",
+    # the same advice for the other engines' memory levers (sidecar.forecast.policy.LEVERS): SGLang's
+    # --mem-fraction-static (a share of TOTAL memory, as vLLM's) and TensorRT-LLM's
+    # free_gpu_memory_fraction (a share of the memory FREE after the weights)
+    "raise_mem_fraction_static",
+    "lower_mem_fraction_static",
+    "raise_free_gpu_memory_fraction",
+    "lower_free_gpu_memory_fraction",
     "enable_fp8_kv_cache",
     "add_replicas",
     "lower_max_model_len",
@@ -37,9 +44,21 @@ REASONS: dict[str, str] = {
     "max_model_len_blocks_lowering": (
         "the peak would allow a smaller pool, but one max_model_len request must still fit"
     ),
+    "no_memory_lever": (
+        "the engine has no memory setting the sidecar can size (TGI, llama.cpp, or its value is not on the "
+        "page): replicas are the only lever"
+    ),
 }
 
-MEMORY_MODES = ("gpu_memory_utilization", "kv_cache_memory_bytes")
+#: The setting that sizes the pool, as ``recommend`` names it in ``raise_<mode>``/``lower_<mode>``;
+#: "none": no setting the sidecar can size (then only ``add_replicas`` can be advised).
+MEMORY_MODES = (
+    "gpu_memory_utilization",
+    "kv_cache_memory_bytes",
+    "mem_fraction_static",
+    "free_gpu_memory_fraction",
+    "none",
+)
 
 #: What each ``action`` says to a reader (dashboards' value mappings, the report): never the raw enum.
 ACTION_TEXT: dict[str, str] = {
@@ -48,6 +67,10 @@ ACTION_TEXT: dict[str, str] = {
     "lower_gpu_memory_utilization": "lower --gpu-memory-utilization",
     "raise_kv_cache_memory_bytes": "raise --kv-cache-memory-bytes",
     "lower_kv_cache_memory_bytes": "lower --kv-cache-memory-bytes",
+    "raise_mem_fraction_static": "raise --mem-fraction-static (SGLang)",
+    "lower_mem_fraction_static": "lower --mem-fraction-static (SGLang)",
+    "raise_free_gpu_memory_fraction": "raise free_gpu_memory_fraction (TensorRT-LLM; a share of FREE memory)",
+    "lower_free_gpu_memory_fraction": "lower free_gpu_memory_fraction (TensorRT-LLM; a share of FREE memory)",
     "enable_fp8_kv_cache": "enable an fp8 KV cache (--kv-cache-dtype fp8)",
     "add_replicas": "add replicas",
     "lower_max_model_len": "lower --max-model-len",
@@ -63,6 +86,7 @@ REASON_TEXT: dict[str, str] = {
     "shortfall_fp8_covers": "one GPU is too small even at the upper bound; an fp8 KV cache fits",
     "shortfall_at_upper_bound": "one GPU is too small even at the upper bound",
     "max_model_len_blocks_lowering": "one --max-model-len request must still fit",
+    "no_memory_lever": "no memory setting to size: replicas are the lever",
 }
 
 
@@ -114,6 +138,9 @@ def recommend(
        ``lower_<memory setting>/peak_below_target``;
     5. otherwise ``none/within_target``.
 
+    With ``memory_mode="none"`` (the engine has no setting the sidecar can size) step 3 is
+    ``add_replicas/no_memory_lever`` and step 4 ``none/no_memory_lever``: nothing to raise or lower.
+
     The margins are a dead band, so a peak hovering at target does not flip the
     advice; they act on the peak over a long window (default 1 h), which is
     already stable. The defaults put "raise" at the 0.8 warning level for the
@@ -125,11 +152,18 @@ def recommend(
         return Recommendation("none", "engine_asleep")
     if peak_demand_tokens is None or capacity_tokens is None or not block_size or capacity_tokens <= block_size:
         return Recommendation("none", "insufficient_data")
-    setting = "gpu_memory_utilization" if memory_mode == "gpu_memory_utilization" else "kv_cache_memory_bytes"
+    setting = memory_mode
     peak_usage = peak_demand_tokens / (capacity_tokens - block_size)
     wanted = required_capacity_tokens(
         peak_demand_tokens=peak_demand_tokens, target_usage=target_usage, block_size=block_size
     )
+
+    if setting == "none":
+        if peak_usage > target_usage + raise_margin:
+            return Recommendation("add_replicas", "no_memory_lever")
+        if peak_usage < target_usage - lower_margin:
+            return Recommendation("none", "no_memory_lever")
+        return Recommendation("none", "within_target")
 
     if peak_usage > target_usage + raise_margin:
         if max_capacity_tokens is None or wanted <= max_capacity_tokens:

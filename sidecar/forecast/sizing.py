@@ -1,12 +1,12 @@
 """How many requests fit, and how much KV memory the observed peak needs.
 
-Conventions (the same as ``sidecar.derive.PoolSize``):
+Conventions (the same as ``sidecar.observation.KVPool``):
 
-- ``capacity_tokens`` is vLLM's own figure, ``num_gpu_blocks × block_size``
-  (``kv_cache_size_tokens``), **null block included**;
-- ``usable_blocks = num_gpu_blocks − 1``: ``BlockPool`` keeps block 0 as the null
-  block and ``get_usage()`` divides by ``num_gpu_blocks − 1``
-  (``vllm/v1/core/block_pool.py``), so usage is relative to the usable tokens;
+- ``capacity_tokens`` is the engine's own figure (vLLM: ``num_gpu_blocks × block_size``,
+  or ``kv_cache_size_tokens``), **null block included**;
+- ``usable_blocks = num_blocks − null_blocks`` (vLLM: ``num_gpu_blocks − 1``: ``BlockPool``
+  keeps block 0 as the null block and ``get_usage()`` divides by ``num_gpu_blocks − 1``,
+  ``vllm/v1/core/block_pool.py``), so usage is relative to the usable tokens;
 - ``bytes_per_token`` is KV bytes per token summed over the layers of one rank
   (``page_size × layers ÷ block_size``; docs/capacity.md, "Page size and layer groups").
 

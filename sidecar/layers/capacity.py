@@ -1,52 +1,82 @@
-"""The capacity layer: the theoretical KV capacity from config.json next to vLLM's own figure.
+"""The capacity layer: the theoretical KV capacity from config.json next to the engine's own figure.
 
 Gauges ``kvcache_theoretical_bytes_per_token``, ``kvcache_model_info``,
 ``kvcache_theoretical_capacity_tokens{budget}`` and
-``kvcache_capacity_efficiency_ratio{budget}`` (docs/capacity.md). The model's
-config.json is read once, at start-up; per scrape the layer only follows the
-block size, KV dtype and ``max_model_len`` vLLM reports.
+``kvcache_capacity_efficiency_ratio{budget}`` (docs/capacity.md). Pure: the model's
+config.json is found, loaded and watched at the edge (:mod:`sidecar.model_source`, which the
+daemon calls per scrape), which puts it in the layer's :class:`ModelSlot`; per scrape the layer only
+reads the model it is handed and the block size, KV dtype and ``max_model_len`` of the engine's typed
+:class:`~sidecar.observation.KVPool`.
 
-A ``model.config`` that is not there yet (a sidecar starts before vLLM, which may still
-be downloading the model) is looked for again every ``retry_s`` of sample time: the
-capacity gauges are absent until it appears, and the wait is logged once when it
-starts and once when the file appears. A condition repeated on every scrape (vLLM's
-settings the model cannot follow) is logged when it starts and when it ends, with the
-number of scrapes it lasted.
+While the model is not loaded the capacity gauges are absent (``kvcache_model_config_loaded`` says
+why). A condition repeated on every scrape (engine settings the model cannot follow) is logged when
+it starts and when it ends, with the number of scrapes it lasted.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import math
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .. import capacity as cap
 from .. import model_discovery as discovery
-from ..capacity.vllm_rules import served_version
+from ..capacity.blocks import parse_version
 from ..config import ModelSettings
-from ..derive import Derived
 from ..forecast.policy import ServedModel
-from ..observation import Observation
-from ..state import History, TargetModelEngine
-from .cache_labels import actual_capacity, label, label_float, max_model_len
+from ..metrics import Gauge, MetricDoc, entry
+from ..observation import KVPool
+from ..state import Step, TargetModelEngine
 
 log = logging.getLogger("kv_sidecar.layers")
 
-#: cache_dtype label values that mean a 1-byte KV cache (vllm/config/cache.py CacheDType).
+#: KV dtype names that mean a 1-byte KV cache (vllm/config/cache.py CacheDType).
 _FP8 = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+
+MODEL_CONFIG_LOADED = entry("kvcache_model_config_loaded")
+BYTES_PER_TOKEN = entry("kvcache_theoretical_bytes_per_token")
+MODEL_INFO = entry("kvcache_model_info")
+THEORETICAL_CAPACITY = entry("kvcache_theoretical_capacity_tokens")
+EFFICIENCY = entry("kvcache_capacity_efficiency_ratio")
+DOMINANT_OVERHEAD = entry("kvcache_budget_dominant_overhead_info")
 
 
 @dataclass(frozen=True)
 class Theory:
-    """What the capacity model says about one engine, given vLLM's cache settings."""
+    """What the capacity model says about one engine, given its pool's settings."""
 
     layout: cap.KVLayout
-    exact_tokens: int | None  # from vLLM's kv_cache_memory_bytes
+    exact_tokens: int | None  # from the engine's kv_cache_memory_bytes
     estimated_tokens: int | None  # from the GPU-memory estimator
     budget: cap.Budget | None  # the estimated budget (weights, activation, ...)
+
+
+def rules_version(floor: str | None, configured: str | None) -> str | None:
+    """The vLLM version whose profile rules apply: the configured one (``model.vllm_version``) unless
+    the page proves a later one (the pool's ``version_floor``), else that floor, else None (the
+    newest rules); :func:`sidecar.capacity.vllm_rules.served_version` on typed input."""
+    if configured is None or floor is None:
+        return configured or floor
+    return floor if parse_version(configured) < parse_version(floor) else configured  # type: ignore[operator]
+
+
+@dataclass
+class ModelSlot:
+    """The served model's config.json as the edge last loaded it, and where loading stands: what the
+    capacity layer reads. Pure data: :class:`sidecar.model_source.ModelSource` (the edge) finds, loads
+    and watches the file and writes here; the layer never touches a file."""
+
+    settings: ModelSettings
+    #: how often, in seconds of sample time, a missing or changed file is looked for
+    retry_s: float
+    #: the loaded model; None while it is not (then :attr:`problem` says why)
+    model: cap.ModelSpec | None = None
+    #: kvcache_model_config_loaded's reason (sidecar.model_discovery.REASONS)
+    reason: str = discovery.WAITING
+    #: why the model is not loaded, as last logged
+    problem: str | None = None
+    #: the edge's watcher filling this slot (a ModelSource), made at the first refresh
+    watcher: object | None = None
 
 
 class CapacityLayer:
@@ -56,189 +86,121 @@ class CapacityLayer:
     TOLERANCE = 0.05
 
     def __init__(self, settings: ModelSettings, *, retry_s: float = 15.0):
-        """``settings`` as :func:`sidecar.config.build_config` validated them. The model is loaded now;
-        when its file is not there yet (``run`` allows that) or cannot be used, the layer publishes
-        nothing and looks again every ``retry_s`` seconds of sample time (the scrape interval)."""
+        """``settings`` as :func:`sidecar.config.build_config` validated them. The layer reads its model
+        from :attr:`slot`, which the edge fills (:func:`sidecar.model_source.refresh_models`, every
+        ``retry_s`` seconds of sample time while the file is not there or not usable)."""
         if settings.config is None:
             raise ValueError("CapacityLayer needs model.config")
         self.settings = settings
-        self.retry_s = retry_s
         self.gpu_memory = None if settings.gpu_memory is None else cap.parse_memory(settings.gpu_memory)
-        self._spec: cap.ModelSpec | None = None
+        #: the served model as the edge last loaded it; the layer only reads it
+        self.slot = ModelSlot(settings, retry_s)
+        #: the model the caches below were computed for (a new one empties them)
+        self._model: cap.ModelSpec | None = None
         self._layouts: dict[tuple[int | None, str, int | None], cap.KVLayout] = {}
         #: warnings already logged: ("estimate", engine) and (engine key, budget)
         self._warned: set[tuple[object, str]] = set()
-        #: engines whose vLLM settings the model cannot follow: the problem and the scrapes since it began
+        #: engines whose settings the model cannot follow: the problem and the scrapes since it began
         self._failing: dict[TargetModelEngine, tuple[str, int]] = {}
-        #: the last observation :meth:`theory` answered for, and its answer (the forecast asks again)
-        self._last: tuple[Observation | None, Theory | str | None] = (None, None)
-        self._next_try = -math.inf
-        self._problem: str | None = None  # why the model is not loaded, as last logged
-        self._identity: tuple[int, int, int] | None = None  # the file that problem was about
-        self._path: str | None = None  # the config.json the loaded model was read from
-        #: where loading stands (kvcache_model_config_loaded's reason: sidecar.model_discovery.REASONS)
-        self.reason = discovery.WAITING
-        self._tries = 0
-        self._load(None)
 
     @property
     def spec(self) -> cap.ModelSpec:
-        """The loaded model; :class:`~sidecar.capacity.CapacityError` while it is not (see :meth:`ready`)."""
-        if self._spec is None:
-            raise cap.CapacityError(f"--model-config: {self._problem or 'not loaded'}")
-        return self._spec
+        """The loaded model; :class:`~sidecar.capacity.CapacityError` while it is not (see :attr:`ready`)."""
+        model = self.slot.model
+        if model is None:
+            raise cap.CapacityError(f"--model-config: {self.slot.problem or 'not loaded'}")
+        if model is not self._model:  # a new model (or revision): the layouts were another model's
+            self._model = model
+            self._layouts.clear()
+        return model
 
     @property
     def ready(self) -> bool:
         """Whether the model is loaded (the capacity gauges are published)."""
-        return self._spec is not None
+        return self.slot.model is not None
 
-    @staticmethod
-    def _file_identity(path: str | None) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(path or "")
-        except OSError:
-            return None
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
+    @property
+    def reason(self) -> str:
+        """Where loading stands (kvcache_model_config_loaded's reason)."""
+        return self.slot.reason
 
-    def _load(self, now: float | None, model_name: str | None = None) -> None:
-        """Find and load the served model's config.json (:func:`sidecar.model_discovery.locate`): at most
-        once per ``retry_s`` of sample time, a file that could not be used only once it changed, and again
-        when the file found changes (a new revision or model in a hub cache). Logs when a wait starts and
-        when it ends; :attr:`reason` says where it stands (``kvcache_model_config_loaded``)."""
-        if now is not None and now < self._next_try:
-            return
-        self._next_try = -math.inf if now is None else now + self.retry_s
-        found = discovery.locate(self.settings.config or "", model_name)
-        if found.path is not None and found.path == self._path and self._spec is not None:
-            return
-        if found.path is None:
-            self._drop(found.reason)
-            if self._problem != found.reason:
-                log.warning(
-                    "model.config: %s; the capacity gauges are absent until it is there "
-                    "(looked for every %gs; logged again when it is)",
-                    found.detail,
-                    self.retry_s,
-                )
-            self._problem, self._identity = found.reason, None
-            return
-        identity = self._file_identity(found.path)
-        if self._problem is not None and identity is not None and identity == self._identity:
-            return  # the same unusable file: nothing new to read
-        self._tries += 1
-        m = self.settings
-        try:
-            spec = cap.load_model(found.path)
-            cap.kv_layout(spec, tp=m.tensor_parallel_size, pp=m.pipeline_parallel_size, dtype=m.dtype)
-        except cap.CapacityError as e:  # ModelFileMissing too: removed between locate() and the read
-            problem = "; ".join(e.problems)
-            if problem != self._problem:
-                log.error(
-                    "model.config %s cannot be used: %s; the capacity gauges are absent until the file is fixed "
-                    "(kv-sidecar check-config names every problem)",
-                    found.path,
-                    problem,
-                )
-            self._drop(discovery.INVALID)
-            self._problem, self._identity = problem, identity
-            return
-        if self._problem is not None or self._path is not None:
-            log.info(
-                "model.config %s: loaded after %d attempt%s (%s); the capacity gauges are published",
-                found.path,
-                self._tries,
-                "" if self._tries == 1 else "s",
-                spec.architecture,
-            )
-        self._spec, self._path, self._problem, self._identity = spec, found.path, None, None
-        self._layouts.clear()
-        self._last = (None, None)
-        self.reason = discovery.LOADED
-
-    def _drop(self, reason: str) -> None:
-        """Forget the loaded model (its file is gone, or another one is due): no gauge from a stale model."""
-        self._spec, self._path, self.reason = None, None, reason
-        self._layouts.clear()
-        self._last = (None, None)
-
-    def layout_for(self, cc: Mapping[str, str]) -> cap.KVLayout:
-        """The layout vLLM built: block size and KV dtype as vLLM reports them in cache_config_info."""
-        block = label_float(cc, "block_size")
-        block_size = None if block is None else int(block)
-        kv_dtype = (label(cc, "cache_dtype") or "auto").lower()
-        max_len = max_model_len(cc)
-        key = (block_size, kv_dtype, max_len)
+    def layout(self, *, block_size: int | None, kv_dtype: str | None, max_model_len: int | None) -> cap.KVLayout:
+        """The layout the engine built: its block size, KV dtype and ``max_model_len`` on the loaded model
+        (``kv_dtype`` other than fp8 or auto reads as the model's dtype)."""
+        dtype = (kv_dtype or "auto").lower()
+        key = (block_size, dtype, max_model_len)
+        spec = self.spec
         if key not in self._layouts:
             self._layouts[key] = cap.kv_layout(
-                self.spec,
+                spec,
                 tp=self.settings.tensor_parallel_size,
                 pp=self.settings.pipeline_parallel_size,
                 dtype=self.settings.dtype,
-                kv_cache_dtype=kv_dtype if kv_dtype in _FP8 + ("auto",) else "auto",
+                kv_cache_dtype=dtype if dtype in _FP8 + ("auto",) else "auto",
                 block_size=block_size,
-                max_model_len=max_len,
+                max_model_len=max_model_len,
             )
         return self._layouts[key]
 
-    def theory(self, obs: Observation) -> Theory | None:
-        """The model's figures for this engine's settings; None without cache_config_info, while the
-        model is not loaded, or when the model cannot follow vLLM's settings."""
-        answer = self._theory(obs)
+    def theory(self, pool: KVPool | None, engine: str = "0") -> Theory | None:
+        """The model's figures for this pool's settings; None without a pool, while the model is not
+        loaded, or when the model cannot follow the engine's settings."""
+        answer = self._compute(pool, engine)
         return answer if isinstance(answer, Theory) else None
 
-    def _theory(self, obs: Observation) -> Theory | str | None:
-        """:meth:`theory`, or the problem (text) when the model cannot follow vLLM's settings."""
-        if self._last[0] is obs:
-            return self._last[1]
-        answer = self._compute(obs)
-        self._last = (obs, answer)
-        return answer
-
-    def _compute(self, obs: Observation) -> Theory | str | None:
-        cc = obs.cache_config
-        if not cc or self._spec is None:
+    def _compute(self, pool: KVPool | None, engine: str) -> Theory | str | None:
+        """:meth:`theory`, or the problem (text) when the model cannot follow the engine's settings."""
+        if pool is None or not self.ready:
             return None
         try:
-            layout = self.layout_for(cc)
+            layout = self.layout(block_size=pool.block_size, kv_dtype=pool.kv_dtype, max_model_len=pool.max_model_len)
         except cap.CapacityError as e:
             return str(e)
         exact = estimated = None
         budget = None
-        kv_bytes = label_float(cc, "kv_cache_memory_bytes")
-        max_len = max_model_len(cc)
+        kv_bytes = pool.kv_cache_memory_bytes
         if kv_bytes:
-            exact = self._tokens(layout, int(kv_bytes), max_len)
-        util = label_float(cc, "gpu_memory_utilization")
+            exact = self._tokens(layout, kv_bytes, pool.max_model_len)
+        util = pool.memory_fraction if pool.memory_lever == "gpu_memory_utilization" else None
         if self.gpu_memory and util and not kv_bytes:
-            try:
-                m = self.settings
-                budget = cap.estimate_budget(
-                    self.spec,
-                    layout,
-                    gpu_memory_bytes=self.gpu_memory,
-                    gpu_memory_utilization=util,
-                    flags=cap.ServingFlags(
-                        vllm_version=served_version(cc, m.vllm_version),
-                        gpu_name=cap.gpu_name(m.gpu_memory) if m.gpu_memory else None,
-                        max_num_batched_tokens=layout.max_num_batched_tokens,
-                    ),
-                    weights=m.weights_memory,
-                    activation_bytes=m.activation_memory,
-                    non_torch_bytes=m.non_torch_memory,
-                    cudagraph_bytes=m.cudagraph_memory,
-                )
-                estimated = self._tokens(layout, budget.kv_budget_bytes, max_len)
-            except cap.CapacityError as e:  # e.g. the weights alone exceed the budget: no estimate, said once
-                estimated = None  # the budget's terms stay: they say what took the memory
-                if ("estimate", obs.engine) not in self._warned:
-                    self._warned.add(("estimate", obs.engine))
-                    log.warning(
-                        "no estimated capacity engine=%s: %s (check model.gpu_memory and the model.*_memory overrides)",
-                        obs.engine,
-                        e,
-                    )
+            budget, estimated = self._estimate(layout, util, pool, engine)
         return Theory(layout, exact, estimated, budget)
+
+    def _estimate(
+        self, layout: cap.KVLayout, util: float, pool: KVPool, engine: str
+    ) -> tuple[cap.Budget | None, int | None]:
+        """The estimated budget at ``util`` of the GPU's memory and the capacity it gives. When the
+        capacity cannot be had (e.g. the weights alone exceed the budget) the budget's terms stay (they
+        say what took the memory) and the reason is logged once per engine."""
+        m = self.settings
+        assert self.gpu_memory is not None
+        budget = None
+        try:
+            budget = cap.estimate_budget(
+                self.spec,
+                layout,
+                gpu_memory_bytes=self.gpu_memory,
+                gpu_memory_utilization=util,
+                flags=cap.ServingFlags(
+                    vllm_version=rules_version(pool.version_floor, m.vllm_version),
+                    gpu_name=cap.gpu_name(m.gpu_memory) if m.gpu_memory else None,
+                    max_num_batched_tokens=layout.max_num_batched_tokens,
+                ),
+                weights=m.weights_memory,
+                activation_bytes=m.activation_memory,
+                non_torch_bytes=m.non_torch_memory,
+                cudagraph_bytes=m.cudagraph_memory,
+            )
+            return budget, self._tokens(layout, budget.kv_budget_bytes, pool.max_model_len)
+        except cap.CapacityError as e:
+            if ("estimate", engine) not in self._warned:
+                self._warned.add(("estimate", engine))
+                log.warning(
+                    "no estimated capacity engine=%s: %s (check model.gpu_memory and the model.*_memory overrides)",
+                    engine,
+                    e,
+                )
+            return budget, None
 
     def served_model(self, layout: cap.KVLayout) -> ServedModel:
         """What the advice policy needs of the model for this layout (the daemon's and the report's)."""
@@ -281,25 +243,24 @@ class CapacityLayer:
             return cap.logged_capacity_tokens(layout, cap.num_blocks(layout, budget_bytes), max_model_len=max_model_len)
         return cap.capacity_tokens(layout, budget_bytes)
 
-    def __call__(self, key: TargetModelEngine, history: History, now: float, d: Derived) -> dict[str, object]:
-        self._load(now, key[1])
-        obs = history[-1][1]
-        th = self._theory(obs)
+    def __call__(self, step: Step) -> dict[MetricDoc, Gauge]:
+        """The capacity gauges of one engine; hands the served model on to the next layer (the forecast's
+        advice) as :attr:`Step.served_model`."""
+        key, pool = step.key, step.observation.pool
+        th = self._compute(pool, key[2])
         self._follow(key, th)
-        loaded = {(self.reason,): 1.0 if self.reason == discovery.LOADED else 0.0}
-        if not isinstance(th, Theory):
-            return {"kvcache_model_config_loaded": loaded}
+        reason = self.reason
+        out: dict[MetricDoc, Gauge] = {MODEL_CONFIG_LOADED: {(reason,): 1.0 if reason == discovery.LOADED else 0.0}}
+        if not isinstance(th, Theory) or pool is None:
+            return out
         layout = th.layout
-        out: dict[str, object] = {
-            "kvcache_model_config_loaded": loaded,
-            "kvcache_theoretical_bytes_per_token": layout.bytes_per_token,
-            "kvcache_model_info": {
-                (layout.architecture, layout.attention, layout.kv_dtype, str(layout.tp), str(layout.pp)): 1.0
-            },
-        }
+        step.served_model = self.served_model(layout)
+        out[BYTES_PER_TOKEN] = layout.bytes_per_token
+        labels = (layout.architecture, layout.attention, layout.kv_dtype, str(layout.tp), str(layout.pp))
+        out[MODEL_INFO] = {labels: 1.0}
         theoretical: dict[tuple[str, ...], float] = {}
         efficiency: dict[tuple[str, ...], float] = {}
-        actual = actual_capacity(obs.cache_config, d.pool)
+        actual = pool.capacity_tokens  # the engine's own figure (for a hybrid pool: its group-aware one)
         for budget, tokens in (("exact", th.exact_tokens), ("estimated", th.estimated_tokens)):
             if tokens is None:
                 continue
@@ -308,11 +269,11 @@ class CapacityLayer:
                 efficiency[(budget,)] = actual / tokens
                 self._explain(key, budget, actual, tokens)
         if th.budget is not None:
-            out["kvcache_budget_dominant_overhead_info"] = {(th.budget.dominant_overhead,): 1.0}
+            out[DOMINANT_OVERHEAD] = {(th.budget.dominant_overhead,): 1.0}
         if theoretical:
-            out["kvcache_theoretical_capacity_tokens"] = theoretical
+            out[THEORETICAL_CAPACITY] = theoretical
         if efficiency:
-            out["kvcache_capacity_efficiency_ratio"] = efficiency
+            out[EFFICIENCY] = efficiency
         return out
 
     def _follow(self, key: TargetModelEngine, answer: Theory | str | None) -> None:

@@ -23,15 +23,29 @@ from typing import Any
 from .. import forecast as fc
 from ..config import ForecastSettings
 from ..derive import Derived
-from ..forecast.policy import Advice, AdviceSettings, Pool, ServedModel, advise
+from ..forecast.policy import Advice, AdviceSettings, Pool, advise
 from ..forecast.trend import DEFAULT_SEGMENTS
-from ..observation import Histogram, Observation
-from ..state import History, TargetModelEngine
-from .cache_labels import label_float, max_model_len
-from .capacity import CapacityLayer
+from ..metrics import Gauge, MetricDoc, entry
+from ..observation import Histogram, KVPool, Observation
+from ..state import History, Step, TargetModelEngine
 
 #: A window statistic of a histogram: (snapshot at the window's start or None, snapshot now) -> value.
 WindowStat = Callable[[fc.HistogramSnapshot | None, fc.HistogramSnapshot], float | None]
+
+
+DEMAND = entry("kvcache_demand_tokens")
+START_TIME = entry("kvcache_engine_start_time_seconds")
+MAX_CONCURRENT = entry("kvcache_max_concurrent_requests")
+RECOMMENDATION = entry("kvcache_recommendation_info")
+FILL_RATE = entry("kvcache_fill_rate_tokens_per_second")
+UNTIL_FULL = entry("kvcache_time_until_full_seconds")
+UNTIL_WATERMARK = entry("kvcache_time_until_watermark_seconds")
+SUGGESTED_KV_BYTES = entry("kvcache_suggested_kv_cache_memory_bytes")
+SUGGESTED_UTILIZATION = entry("kvcache_suggested_gpu_memory_utilization")
+SHORTFALL = entry("kvcache_capacity_shortfall_tokens")
+SUGGESTED_REPLICAS = entry("kvcache_suggested_replicas")
+LEVER_CAPACITY = entry("kvcache_lever_capacity_tokens")
+_Out = dict[MetricDoc, Gauge]
 
 
 def _p95(old: fc.HistogramSnapshot | None, new: fc.HistogramSnapshot) -> float | None:
@@ -48,14 +62,13 @@ class ForecastLayer:
         watermark: float,
         target_usage: float,
         derive_window_s: float,
-        capacity: CapacityLayer | None,
     ):
         """``watermark``, ``target_usage``: the ``thresholds:`` section; ``derive_window_s``: ``derive.window``
-        (the request lengths are read over it); ``capacity``: the capacity layer, when ``model.config`` is set."""
+        (the request lengths are read over it). What the capacity model knows of the served model (with
+        ``model.config``) comes per step from the capacity layer (:attr:`Step.served_model`)."""
         self.settings = settings
         self.watermark = watermark
         self.derive_window_s = derive_window_s
-        self.capacity = capacity
         self.advice_settings = AdviceSettings(
             target_usage=target_usage,
             utilization_min=settings.utilization_min,
@@ -78,14 +91,15 @@ class ForecastLayer:
         #: per engine: the latest mean KV tokens per request (prompt + generation/2) seen over derive.window
         self._per_request: dict[TargetModelEngine, float] = {}
 
-    def __call__(self, key: TargetModelEngine, history: History, now: float, d: Derived) -> dict[str, object]:
-        obs = history[-1][1]
+    def __call__(self, step: Step) -> _Out:
+        key, history, now, d = step.key, step.history, step.now, step.derived
+        obs = step.observation
         pool = d.pool
         if pool is None or pool.block_size is None or pool.usable_blocks is None or d.used_tokens is None:
             # e.g. a hybrid model or a generation without cache_config_info: no pool, no advice (recommendation.py)
-            return {"kvcache_recommendation_info": {("none", "insufficient_data"): 1.0}}
+            return {RECOMMENDATION: {("none", "insufficient_data"): 1.0}}
         bs = pool.block_size
-        out: dict[str, object] = {}
+        out: _Out = {}
 
         # Mean KV per request over the derive window, from vLLM's request-length histograms.
         start = _first_in_window(history, now, self.derive_window_s)
@@ -104,28 +118,28 @@ class ForecastLayer:
             mean_request_tokens=self._per_request.get(key),
             block_size=bs,
         )
-        out["kvcache_demand_tokens"] = demand
+        out[DEMAND] = demand
         series = self._record(key, now, demand, obs)
-        out["kvcache_engine_start_time_seconds"] = self._started[key]
+        out[START_TIME] = self._started[key]
 
-        concurrency = self._concurrency(pool.usable_blocks, bs, obs, start, mean_prompt, mean_gen)
+        concurrency = self._concurrency(pool, obs, start, mean_prompt, mean_gen)
         if concurrency:
-            out["kvcache_max_concurrent_requests"] = concurrency
+            out[MAX_CONCURRENT] = concurrency
 
         if d.engine_asleep:
-            out["kvcache_recommendation_info"] = {("none", "engine_asleep"): 1.0}
+            out[RECOMMENDATION] = {("none", "engine_asleep"): 1.0}
             return out
 
         out.update(self._until_full(key, series, now, demand, d, bs))
         peaks = self._peaks[key]
-        if pool.capacity_tokens is None or not peaks:  # no capacity figure (a hybrid model) or no demand yet
-            out["kvcache_recommendation_info"] = {("none", "insufficient_data"): 1.0}
+        if d.capacity_tokens is None or not peaks:  # no capacity figure (a hybrid model) or no demand yet
+            out[RECOMMENDATION] = {("none", "insufficient_data"): 1.0}
             return out
         advice = advise(
             peak_demand_tokens=peaks[0][1],  # the largest demand of the peak window
             watched_s=now - self._first_seen.get(key, now),
-            pool=self._pool(obs, pool.capacity_tokens, bs),
-            model=self._served_model(obs),
+            pool=_advice_pool(pool, d.capacity_tokens, obs),
+            model=step.served_model,
             settings=self.advice_settings,
         )
         out.update(_advice_gauges(advice))
@@ -133,8 +147,7 @@ class ForecastLayer:
 
     def _concurrency(
         self,
-        usable_blocks: int,
-        bs: int,
+        pool: KVPool,
         obs: Observation,
         start: Observation | None,
         mean_prompt: float | None,
@@ -142,7 +155,8 @@ class ForecastLayer:
     ) -> dict[tuple[str, ...], float]:
         """Requests that fit at real lengths (vLLM's log line assumes max_model_len for every request)."""
         concurrency: dict[tuple[str, ...], float] = {}
-        max_len = max_model_len(obs.cache_config)
+        usable_blocks, bs, max_len = pool.usable_blocks, pool.block_size, pool.max_model_len
+        assert usable_blocks is not None and bs is not None
         if max_len:
             concurrency[("max_model_len",)] = fc.max_concurrent_requests(
                 usable_blocks=usable_blocks, request_tokens=max_len, block_size=bs
@@ -161,7 +175,7 @@ class ForecastLayer:
 
     def _until_full(
         self, key: TargetModelEngine, series: deque[tuple[float, float]], now: float, demand: float, d: Derived, bs: int
-    ) -> dict[str, object]:
+    ) -> _Out:
         """The trend over each window; the one that runs the cache out first wins (docs/forecast.md)."""
         fs = self.settings
         trend_points = self._trend_points(key, series, now)
@@ -188,13 +202,13 @@ class ForecastLayer:
             peak_now=fc.recent_peak(trend_points, now, recent_s),
             recent_s=recent_s,
         )
-        out: dict[str, object] = {}
+        out: _Out = {}
         if best is not None:
-            out["kvcache_fill_rate_tokens_per_second"] = best.rate
+            out[FILL_RATE] = best.rate
         if until_full is not None:
-            out["kvcache_time_until_full_seconds"] = until_full
+            out[UNTIL_FULL] = until_full
         if until_mark is not None:
-            out["kvcache_time_until_watermark_seconds"] = until_mark
+            out[UNTIL_WATERMARK] = until_mark
         return out
 
     def _trend_points(
@@ -257,44 +271,44 @@ class ForecastLayer:
             self._last_counter[key] = counter
         return series
 
-    @staticmethod
-    def _pool(obs: Observation, capacity_tokens: int, block_size: int) -> Pool:
-        """The pool as the advice policy reads it: vLLM's capacity and its memory settings."""
-        cc = obs.cache_config
-        return Pool(
-            capacity_tokens=capacity_tokens,
-            block_size=block_size,
-            kv_cache_memory_bytes=label_float(cc, "kv_cache_memory_bytes"),
-            gpu_memory_utilization=label_float(cc, "gpu_memory_utilization"),
-            max_model_len=max_model_len(cc),
-            requests_running=obs.requests_running,
-        )
 
-    def _served_model(self, obs: Observation) -> ServedModel | None:
-        """What the capacity model knows of the served model; None without model.config."""
-        capacity = self.capacity
-        theory = capacity.theory(obs) if capacity is not None else None
-        if capacity is None or theory is None:
-            return None
-        return capacity.served_model(theory.layout)
+def _advice_pool(pool: KVPool, capacity_tokens: int, obs: Observation) -> Pool:
+    """The pool as the advice policy reads it: the engine's capacity, its memory lever and that lever's value.
+
+    The lever follows ``KVPool.memory_lever`` (vLLM's utilization, SGLang's ``--mem-fraction-static``,
+    TensorRT-LLM's ``free_gpu_memory_fraction``; anything else: replicas only), so one
+    ``kvcache_suggested_gpu_memory_utilization`` gauge carries each engine's own fraction, as
+    ``kvcache_gpu_memory_utilization`` carries its current value (docs/forecast.md, "Per lever").
+    """
+    assert pool.block_size is not None
+    return Pool(
+        capacity_tokens=capacity_tokens,
+        block_size=pool.block_size,
+        kv_cache_memory_bytes=None if pool.kv_cache_memory_bytes is None else float(pool.kv_cache_memory_bytes),
+        gpu_memory_utilization=pool.memory_fraction,
+        max_model_len=pool.max_model_len,
+        requests_running=obs.requests_running,
+        memory_lever=pool.memory_lever,
+        null_blocks=pool.null_blocks,
+    )
 
 
-def _advice_gauges(advice: Advice) -> dict[str, object]:
+def _advice_gauges(advice: Advice) -> _Out:
     """The advice as gauges: only what the policy returned."""
-    out: dict[str, object] = {}
+    out: _Out = {}
     if advice.suggested_kv_cache_memory_bytes is not None:
-        out["kvcache_suggested_kv_cache_memory_bytes"] = advice.suggested_kv_cache_memory_bytes
+        out[SUGGESTED_KV_BYTES] = advice.suggested_kv_cache_memory_bytes
     if advice.suggested_gpu_memory_utilization is not None:
         basis, value = advice.suggested_gpu_memory_utilization
-        out["kvcache_suggested_gpu_memory_utilization"] = {(basis,): value}
+        out[SUGGESTED_UTILIZATION] = {(basis,): value}
     if advice.capacity_shortfall_tokens is not None:
-        out["kvcache_capacity_shortfall_tokens"] = advice.capacity_shortfall_tokens
+        out[SHORTFALL] = advice.capacity_shortfall_tokens
     if advice.suggested_replicas is not None:
-        out["kvcache_suggested_replicas"] = advice.suggested_replicas
+        out[SUGGESTED_REPLICAS] = advice.suggested_replicas
     if advice.lever_capacity_tokens:
-        out["kvcache_lever_capacity_tokens"] = {(lever,): v for lever, v in advice.lever_capacity_tokens.items()}
+        out[LEVER_CAPACITY] = {(lever,): v for lever, v in advice.lever_capacity_tokens.items()}
     rec = advice.recommendation
-    out["kvcache_recommendation_info"] = {(rec.action, rec.reason): 1.0}
+    out[RECOMMENDATION] = {(rec.action, rec.reason): 1.0}
     return out
 
 

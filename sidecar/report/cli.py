@@ -29,17 +29,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
 from ..units import format_duration, parse_duration
+from .formats import EXTRA_HINT, FORMATS
 from .reporter import DEFAULT_SCHEDULE
 
-FORMATS = ("md", "html", "json")
+if TYPE_CHECKING:  # imported where used: `kv-sidecar --help` does not load the figures and their models
+    from ..config import ModelSettings
+    from ..forecast.policy import AdviceSettings, ServedModel
+    from ..thresholds import Thresholds
+    from .data import ModelKey, Period, Week
+    from .results import Report
+
 DEFAULT_SINCE = "7d"
 DEFAULT_OUT = "reports"
 MAX_TIME_S = 2.0**40  # Unix seconds: the year 36812, far past any history
-EXTRA_HINT = "pip install 'kv-cache-sidecar[report]'"  # matplotlib draws the plots
 
 
 class ReportFailed(Exception):
@@ -79,9 +85,18 @@ class Options:
 class Outcome:
     """A written report: its figures, its files and the summary text a webhook posts."""
 
-    report: Any  # sidecar.report.results.Report
+    report: Report
     paths: list[Path]
     summary_text: str
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What happens to each written report, for ``report`` and ``reporter`` alike (:func:`publish`)."""
+
+    webhook_url_file: Path | None = None  # None: nothing is posted
+    webhook_format: str = "slack"  # sidecar.report.deliver.PAYLOAD_FORMATS
+    keep_weeks: int | None = None  # None: every report is kept
 
 
 def parse_time(text: str, flag: str) -> float:
@@ -105,7 +120,7 @@ def parse_time(text: str, flag: str) -> float:
     return parsed.timestamp()
 
 
-def period_of(options: Options, now: float) -> Any:
+def period_of(options: Options, now: float) -> Period:
     """The period to report: ``--from``/``--to``, else ``--since`` up to the end of the current minute."""
     from .data import STEP_S, Period
 
@@ -123,7 +138,7 @@ def period_of(options: Options, now: float) -> Any:
     return Period.ending(math.ceil(now / STEP_S) * STEP_S, options.since_s)
 
 
-def _settings(options: Options) -> tuple[Any, Any, Any]:
+def _settings(options: Options) -> tuple[Thresholds, AdviceSettings, ModelSettings]:
     """Thresholds, advice settings and the configured model from ``--config.file`` (defaults without)."""
     from ..config import ConfigError, load_config
     from ..forecast.policy import AdviceSettings
@@ -143,7 +158,7 @@ def _settings(options: Options) -> tuple[Any, Any, Any]:
     return config.thresholds, advice, config.model
 
 
-def served_models(model_settings: Any, week: Any) -> dict[Any, Any]:
+def served_models(model_settings: ModelSettings, week: Week) -> dict[ModelKey, ServedModel]:
     """What ``model.config`` says of each model whose pods it describes (bytes per token must agree).
 
     A report may cover many models while a configuration describes one: the configured model is
@@ -153,20 +168,22 @@ def served_models(model_settings: Any, week: Any) -> dict[Any, Any]:
     if model_settings.config is None:
         return {}
     from ..layers.capacity import CapacityLayer
+    from ..model_source import refresh_models
 
     layer = CapacityLayer(model_settings)
-    served: dict[Any, Any] = {}
+    refresh_models([layer], None)
+    served: dict[ModelKey, ServedModel] = {}
     for pod in week.pods:
         if pod.model in served or pod.bytes_per_token is None:
             continue
-        layout = layer.layout_for({"block_size": str(pod.block_size)} if pod.block_size else {})
+        layout = layer.layout(block_size=pod.block_size or None, kv_dtype=None, max_model_len=None)
         if abs(layout.bytes_per_token - pod.bytes_per_token) > 0.5:
             continue
         served[pod.model] = layer.served_model(layout)
     return served
 
 
-def load_week(options: Options, period: Any, thresholds: Any) -> Any:
+def load_week(options: Options, period: Period, thresholds: Thresholds) -> Week:
     """Read the period from the chosen source; failures become :class:`ReportFailed`."""
     from ..history import HistoryError
     from .selector import SelectorError, parse_selector
@@ -240,7 +257,7 @@ def produce(options: Options, now: float | None = None) -> Outcome:
     return Outcome(report, paths, summary_text(report, paths, options.report_url))
 
 
-def summary_text(report: Any, paths: Sequence[Path], report_url: str | None = None) -> str:
+def summary_text(report: Report, paths: Sequence[Path], report_url: str | None = None) -> str:
     """The few lines a chat message carries: the period, the models that need action, the files (their
     URLs under ``report_url`` when the output folder is published there, else their local paths)."""
     head = f"KV-cache report {_iso(report.period.start)} to {_iso(report.period.end)} ({report.source})"
@@ -261,6 +278,36 @@ def summary_text(report: Any, paths: Sequence[Path], report_url: str | None = No
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def publish(outcome: Outcome, options: Options, delivery: Delivery) -> None:
+    """After a report is written, one path for ``report`` and ``reporter``: post its summary to the webhook
+    with every week still waiting, oldest first (:func:`sidecar.report.deliver.deliver`: the week is recorded
+    in the pending file first, so a failure loses no week), then remove the reports older than
+    ``--keep-weeks`` (:func:`sidecar.report.retention.prune`).
+
+    Raises :class:`ReportFailed`: 4 when the delivery failed (the week waits for the next run), 1 when an
+    old report cannot be removed; both are tried whatever the other did.
+    """
+    problems: list[ReportFailed] = []
+    if delivery.webhook_url_file is not None:
+        from .deliver import DeliveryError, deliver
+
+        text, link = chat_message(outcome, options.report_url)
+        period = (outcome.report.period.start, outcome.report.period.end)
+        try:
+            deliver(options.out, delivery.webhook_url_file, text, period=period, link=link, fmt=delivery.webhook_format)
+        except DeliveryError as e:
+            problems.append(ReportFailed(f"{e}; the report files are kept and this week is sent at the next run", 4))
+    if delivery.keep_weeks is not None:
+        from .retention import prune
+
+        try:
+            prune(options.out, delivery.keep_weeks)
+        except OSError as e:
+            problems.append(ReportFailed(f"--keep-weeks: cannot remove an old report ({e.strerror})", 1))
+    if problems:
+        raise ReportFailed("; ".join(str(p) for p in problems), problems[0].code)
 
 
 # ----------------------------------------------------------------------------- flags
@@ -340,7 +387,8 @@ def add_report_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--compare-previous",
         action="store_true",
-        help="read the period before too: week-over-week growth and weeks until full",
+        help="read the 7 periods before too, one at a time: growth fitted over up to 8 weeks, with its "
+        "uncertainty and the weeks until full",
     )
     p.add_argument(
         "--config.file",
@@ -420,11 +468,11 @@ def options_from_args(args: argparse.Namespace) -> Options:
 def cmd_report(args: argparse.Namespace) -> int:
     try:
         options = options_from_args(args)
-        webhook = _webhook_file(args.webhook_url_file)
+        delivery = delivery_from_args(args, "report")
         if args.dry_run:  # the report is computed and written where nobody reads it: only the payload is shown
             with tempfile.TemporaryDirectory(prefix="kv-sidecar-report-") as scratch:
                 outcome = produce(replace(options, out=Path(scratch)))
-                return _print_dry_run(args, webhook, outcome)
+                return _print_dry_run(args, delivery, outcome)
         outcome = produce(options)
     except ReportFailed as e:
         print(f"kv-sidecar report: {e}", file=sys.stderr)
@@ -433,27 +481,33 @@ def cmd_report(args: argparse.Namespace) -> int:
         print("kv-sidecar report: interrupted; no report file was left half-written", file=sys.stderr)
         return 130
     print(outcome.summary_text)
-    if args.keep_weeks is not None:
-        from .retention import prune
-
-        try:
-            prune(options.out, args.keep_weeks)
-        except OSError as e:
-            print(f"kv-sidecar report: --keep-weeks: cannot remove an old report ({e.strerror})", file=sys.stderr)
-            return 1
-    return _deliver(args, webhook, outcome)
+    try:
+        publish(outcome, options, delivery)
+    except ReportFailed as e:
+        print(f"kv-sidecar report: {e}", file=sys.stderr)
+        return e.code
+    return 0
 
 
-def _webhook_file(text: str | None) -> Path | None:
+def delivery_from_args(args: argparse.Namespace, command: str) -> Delivery:
+    """The delivery flags; ``--webhook-url-file`` checked as :func:`_webhook_file` says."""
+    return Delivery(
+        webhook_url_file=_webhook_file(args.webhook_url_file, command),
+        webhook_format=args.webhook_format,
+        keep_weeks=args.keep_weeks,
+    )
+
+
+def _webhook_file(text: str | None, command: str) -> Path | None:
     """``--webhook-url-file``: None without it, or when the file is absent (an optional Secret not created:
-    said on stderr); a file that is there must hold a URL (exit 2)."""
+    said on stderr); a file that is there must hold a URL (exit 2). It is read again at each delivery."""
     from .deliver import DeliveryError, read_webhook_url
 
     if text is None:
         return None
     path = Path(text)
     if not path.exists():
-        print(f"kv-sidecar report: --webhook-url-file {text}: absent, the summary is not posted", file=sys.stderr)
+        print(f"kv-sidecar {command}: --webhook-url-file {text}: absent, the summary is not posted", file=sys.stderr)
         return None
     try:
         read_webhook_url(path)
@@ -473,31 +527,14 @@ def chat_message(outcome: Outcome, report_url: str | None) -> tuple[str, str]:
     return text, link
 
 
-def _print_dry_run(args: argparse.Namespace, webhook: Path | None, outcome: Outcome) -> int:
+def _print_dry_run(args: argparse.Namespace, delivery: Delivery, outcome: Outcome) -> int:
     from .deliver import dry_run_text
 
     text, link = chat_message(outcome, args.report_url)
     period = (outcome.report.period.start, outcome.report.period.end)
-    print(dry_run_text(webhook, text, period=period, link=link, fmt=args.webhook_format))
-    if args.keep_weeks is not None:
-        print(f"would keep the reports of the last {args.keep_weeks} weeks in {args.out}")
-    return 0
-
-
-def _deliver(args: argparse.Namespace, webhook: Path | None, outcome: Outcome) -> int:
-    from .deliver import DeliveryError, deliver
-
-    if webhook is None:
-        return 0
-    text, link = chat_message(outcome, args.report_url)
-    period = (outcome.report.period.start, outcome.report.period.end)
-    try:
-        deliver(args.out, webhook, text, period=period, link=link, fmt=args.webhook_format)
-    except DeliveryError as e:
-        print(
-            f"kv-sidecar report: {e}; the report files are kept and this week is sent at the next run", file=sys.stderr
-        )
-        return 4
+    print(dry_run_text(delivery.webhook_url_file, text, period=period, link=link, fmt=delivery.webhook_format))
+    if delivery.keep_weeks is not None:
+        print(f"would keep the reports of the last {delivery.keep_weeks} weeks in {args.out}")
     return 0
 
 
@@ -506,15 +543,15 @@ DRY_RUN_TIMES = 5
 
 
 def cmd_reporter(args: argparse.Namespace) -> int:
-    """Run :func:`produce` on a cron schedule until SIGTERM/SIGINT; a failed run is logged, never fatal."""
+    """Run :func:`produce` then :func:`publish` (as ``report`` does) on a cron schedule until SIGTERM/SIGINT;
+    a failed run is logged, never fatal."""
     from ..logs import setup_logging
     from .reporter import next_run_times, run_reporter
 
     try:
         options = options_from_args(args)
         _settings(options)  # a bad --config.file stops the start, not the first Monday
-        if args.webhook_url_file and not Path(args.webhook_url_file).is_file():
-            raise ReportFailed(f"--webhook-url-file: {args.webhook_url_file!r} is not a readable file", 2)
+        delivery = delivery_from_args(args, "reporter")
         if args.dry_run:
             runs = next_run_times(args.schedule, args.timezone, datetime.now(UTC), DRY_RUN_TIMES)
     except ReportFailed as e:
@@ -524,11 +561,18 @@ def cmd_reporter(args: argparse.Namespace) -> int:
         print(f"kv-sidecar reporter: {e}", file=sys.stderr)
         return 2
     if args.dry_run:
-        from .prometheus import shown_url
+        from ..outbound import shown_url
 
         source = shown_url(options.prometheus_url) if options.prometheus_url else options.history
         print(f"would write {', '.join(options.formats)} reports from {source} into {options.out} at:")
         print("\n".join(f"  {t.isoformat()}" for t in runs))
+        if delivery.webhook_url_file is not None:
+            from .deliver import read_webhook_url, webhook_host
+
+            host = webhook_host(read_webhook_url(delivery.webhook_url_file))
+            print(f"and post each summary ({delivery.webhook_format}) to the webhook at {host}")
+        if delivery.keep_weeks is not None:
+            print(f"keeping the reports of the last {delivery.keep_weeks} weeks")
         return 0
     setup_logging(args.log_level, "logfmt")
     try:
@@ -536,7 +580,7 @@ def cmd_reporter(args: argparse.Namespace) -> int:
             schedule=args.schedule,
             timezone=args.timezone,
             job=lambda: produce(options),
-            webhook_url_file=Path(args.webhook_url_file) if args.webhook_url_file else None,
+            publish=lambda outcome: publish(outcome, options, delivery),
             run_now=args.run_now,
         )
     except ValueError as e:  # a schedule or time zone APScheduler cannot read
@@ -553,7 +597,7 @@ def _add_delivery_flags(p: argparse.ArgumentParser) -> None:
         "--webhook-url-file",
         metavar="FILE",
         help="post the summary (with its --report-url link) to the webhook whose URL this file holds; "
-        "an absent file posts nothing. A failed week is sent at the next run (exit 4)",
+        "an absent file posts nothing. A week whose delivery failed is sent at the next run (report: exit 4)",
     )
     d.add_argument(
         "--webhook-format",
@@ -568,11 +612,6 @@ def _add_delivery_flags(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="after writing, remove the report files in --out older than N weeks (default: keep all)",
     )
-    d.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="compute the report, write nothing, send nothing: print the body that would be posted",
-    )
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -585,6 +624,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     add_report_flags(p)
     _add_delivery_flags(p)
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="compute the report, write nothing, send nothing: print the body that would be posted",
+    )
     p.set_defaults(func=cmd_report)
 
     r: argparse.ArgumentParser = subparsers.add_parser(
@@ -601,11 +645,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help=f"five-field crontab line (default: '{DEFAULT_SCHEDULE}')",
     )
     r.add_argument("--timezone", default="UTC", metavar="TZ", help="IANA time zone of the schedule (default: UTC)")
-    r.add_argument(
-        "--webhook-url-file",
-        metavar="FILE",
-        help="post the summary to the Slack-compatible webhook whose URL this file holds",
-    )
+    _add_delivery_flags(r)
     r.add_argument("--run-now", action="store_true", help="also write one report at start-up")
     r.add_argument(
         "--dry-run",

@@ -25,20 +25,81 @@ import math
 from array import array
 from collections.abc import MutableSequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from .growth import HISTORY_WEEKS, WeeklyPeak, weekly_peak
 
 #: The report's resolution in seconds (one row of the embedded history).
 STEP_S = 60.0
-#: Prometheus refuses a range query of more than this many points per series
-#: (``exceeded maximum resolution of 11,000 points per timeseries``).
-MAX_POINTS_PER_SERIES = 11_000
 #: The alerts whose firings the report lists (the ``ALERTS`` series).
 PAGED_ALERTS = ("KVCacheAlmostFull", "KVCacheFullSoon")
-#: What the figures read of the period before (``Week.previous``): each model's peak of summed demand
-#: (:func:`sidecar.report.figures._previous_peaks`). The sources read only these series for it, so
-#: ``--compare-previous`` costs one series a pod, not ten; its other series stay all NaN.
+#: What the sources read of each period before this one (``--compare-previous``): the demand, which
+#: :func:`model_peaks` reduces at once to each model's peak (``Week.history``). One series a pod, not
+#: ten, and one period at a time: the memory stays about one week's, however many periods are read.
 PREVIOUS_FIELDS = ("demand_max",)
+#: The periods before this one ``--compare-previous`` reads: with this one, the weeks the growth is
+#: fitted over (:data:`sidecar.report.growth.HISTORY_WEEKS`).
+HISTORY_PERIODS = HISTORY_WEEKS - 1
 
 NAN = math.nan
+
+#: How a step's samples become the step's value (:class:`StepSeries`).
+MAX, MEAN, LAST, INCREASE = "max", "mean", "last", "increase"
+
+
+@dataclass(frozen=True)
+class StepSeries:
+    """Which of the sidecar's series fills which per-step field of :class:`PodSeries`, and how.
+
+    ``reduce`` says what a step holds: its largest sample (MAX), their mean (MEAN), the last one (LAST),
+    or a counter's increase within the step with resets handled (INCREASE). ``only`` keeps the series
+    whose label has one of the values (a pod's several series are then combined by ``reduce``);
+    ``ranked_by`` orders a pod's series by a label's value, lowest rank first: at a step two of them
+    fill, the later wins (a missing label counts as the first value).
+    """
+
+    field: str
+    metric: str
+    reduce: str
+    only: tuple[str, tuple[str, ...]] | None = None
+    ranked_by: tuple[str, tuple[str, ...]] | None = None
+
+    def only_matcher(self) -> str:
+        """``only`` as a PromQL label matcher (``reason=~"capacity|all"``); "" without it."""
+        if self.only is None:
+            return ""
+        label, values = self.only
+        return f'{label}=~"{"|".join(values)}"'
+
+
+#: Every per-step series of a pod, in :class:`PodSeries` order: the one table both sources read
+#: (:mod:`sidecar.report.prometheus` turns each reduction into a PromQL ``*_over_time`` per step,
+#: :mod:`sidecar.report.embedded` into a field of the history's one-minute rows).
+STEP_SERIES: tuple[StepSeries, ...] = (
+    StepSeries("usage_max", "kvcache_usage_ratio", MAX),
+    StepSeries("usage_mean", "kvcache_usage_ratio", MEAN),
+    StepSeries("demand_max", "kvcache_demand_tokens", MAX),
+    StepSeries("capacity_tokens", "kvcache_capacity_tokens", LAST),
+    # budget="exact" (measured by vLLM's profile run) wins over "estimated" where both exist
+    StepSeries(
+        "theoretical_capacity_tokens",
+        "kvcache_theoretical_capacity_tokens",
+        LAST,
+        ranked_by=("budget", ("estimated", "exact")),
+    ),
+    StepSeries("preemptions", "kvcache_preemptions_total", INCREASE),
+    StepSeries("prefix_queries", "kvcache_prefix_cache_queries_tokens_total", INCREASE),
+    StepSeries("prefix_hits", "kvcache_prefix_cache_hits_tokens_total", INCREASE),
+    # requests waiting because the KV cache is full ("capacity"), or for any reason where vLLM does not say
+    StepSeries("waiting_max", "kvcache_requests_waiting", MAX, only=("reason", ("capacity", "all"))),
+    StepSeries("running_max", "kvcache_requests_running", MAX),
+)
+
+
+def step_series(field_name: str) -> StepSeries:
+    """The :data:`STEP_SERIES` row of a :class:`PodSeries` field."""
+    return next(s for s in STEP_SERIES if s.field == field_name)
+
 
 #: A per-step series: an ``array("d")`` from the sources (8 bytes a step, a week of 64 pods' ten series
 #: is 52 MB where lists of floats took 206 MB); any sequence of floats where tests build one by hand.
@@ -78,7 +139,7 @@ class Period:
         return int((t - self.start) // self.step_s)
 
     def previous(self) -> Period:
-        """The period of the same length just before this one (week over week)."""
+        """The period of the same length just before this one (the history of the growth, ``--compare-previous``)."""
         return Period(self.start - self.seconds, self.start, self.step_s)
 
     @classmethod
@@ -151,22 +212,9 @@ class PodSeries:
 
     @classmethod
     def empty(cls, period: Period, model: ModelKey, pod: str, engine: str, labels: dict[str, str]) -> PodSeries:
-        return cls(
-            model=model,
-            pod=pod,
-            engine=engine,
-            labels=labels,
-            usage_max=steps(period),
-            usage_mean=steps(period),
-            demand_max=steps(period),
-            capacity_tokens=steps(period),
-            theoretical_capacity_tokens=steps(period),
-            preemptions=steps(period),
-            prefix_queries=steps(period),
-            prefix_hits=steps(period),
-            waiting_max=steps(period),
-            running_max=steps(period),
-        )
+        """A pod with every per-step series (:data:`STEP_SERIES`) all NaN."""
+        series: dict[str, Any] = {s.field: steps(period) for s in STEP_SERIES}  # the Steps fields, by name
+        return cls(model=model, pod=pod, engine=engine, labels=labels, **series)
 
 
 @dataclass(frozen=True)
@@ -190,9 +238,9 @@ class Week:
     pages: list[Page]
     #: where the data came from, as the report prints it ("Prometheus http://...", "history /var/lib/...")
     source: str
-    #: the period before, for the week-over-week figures (None: not asked or no data); only its
-    #: pods and their PREVIOUS_FIELDS are read
-    previous: Week | None = None
+    #: the periods before this one (``--compare-previous``), oldest first, each reduced to its models'
+    #: peaks (:func:`model_peaks`); a period without data is absent (a gap), never a period of zeros
+    history: list[dict[ModelKey, WeeklyPeak]] = field(default_factory=list)
     #: False when the source cannot know the pages (the embedded history has no ALERTS series)
     pages_known: bool = True
     #: Per-model figures a source reduced itself from the raw samples of the model's hottest pod
@@ -202,3 +250,27 @@ class Week:
     #: seconds with requests waiting for KV in some pod of the model, from the recorded
     #: ``namespace_model:kvcache_requests_waiting:bool``; a model absent here: from its pods' steps
     model_seconds_waiting: dict[ModelKey, float] = field(default_factory=dict)
+
+
+def model_peaks(week: Week) -> dict[ModelKey, WeeklyPeak]:
+    """Each model's peak demand in ``week`` (:func:`~sidecar.report.growth.weekly_peak`), from its pods' ``demand_max``.
+
+    Per step, the sum of the model's pods that reported then (a pod in a restart gap adds nothing), as
+    :mod:`sidecar.report.figures` sums a model's demand for this week's peak; NaN where none did. A
+    model with no sample in the period is absent. This is what a source keeps of a period before this
+    one, so that reading eight weeks costs about one week's memory.
+    """
+    by_model: dict[ModelKey, list[PodSeries]] = {}
+    for pod in week.pods:
+        by_model.setdefault(pod.model, []).append(pod)
+    peaks: dict[ModelKey, WeeklyPeak] = {}
+    for model in sorted(by_model):
+        summed = steps(week.period)
+        for pod in by_model[model]:
+            for i, v in enumerate(pod.demand_max):
+                if not math.isnan(v):
+                    summed[i] = v if math.isnan(summed[i]) else summed[i] + v
+        peak = weekly_peak(week.period.start, summed)
+        if peak is not None:
+            peaks[model] = peak
+    return peaks

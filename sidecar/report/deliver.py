@@ -27,8 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,7 +36,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from .. import outbound
-from ..files import TOKEN_MAX_BYTES, FileProblem, read_text
+from ..atomic_write import write_atomically
+from ..input_files import TOKEN_MAX_BYTES, FileProblem, read_text
 
 log = logging.getLogger("kv_sidecar.report")
 
@@ -208,16 +207,7 @@ def _write_pending(out_dir: Path, entries: list[dict[str, Any]]) -> None:
     if not entries:
         path.unlink(missing_ok=True)
         return
-    fd, tmp = tempfile.mkstemp(prefix=f"{PENDING_FILE}.", dir=out_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(entries, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, json.dumps(entries, indent=1), mode=0o600)
 
 
 def deliver(

@@ -5,7 +5,8 @@ changes or locks it for the daemon that writes it) and fills a :class:`~sidecar.
 
 Resolution: the history holds one row per series and minute, so the steps are the history's
 minutes: ``usage_max`` is the minute's largest sample, ``usage_mean`` its mean, counters are the
-minute's increases (the store handles resets), capacities its last value. The week's percentiles
+minute's increases (the store handles resets), capacities its last value. (The series and their reductions are
+:data:`~sidecar.report.data.STEP_SERIES`, the table the Prometheus source reads too.) The week's percentiles
 and hours above each threshold are left to :mod:`sidecar.report.figures`, which computes them from
 these minutes (so within a minute of what raw samples give).
 
@@ -21,25 +22,39 @@ from collections.abc import Callable, MutableSequence
 from pathlib import Path
 
 from ..history import HistoryStore, Point
-from .data import PREVIOUS_FIELDS, ModelKey, Period, PodSeries, Week
+from .data import (
+    HISTORY_PERIODS,
+    INCREASE,
+    LAST,
+    MAX,
+    MEAN,
+    PREVIOUS_FIELDS,
+    STEP_SERIES,
+    ModelKey,
+    Period,
+    PodSeries,
+    StepSeries,
+    Week,
+    model_peaks,
+)
+from .growth import WeeklyPeak
 from .selector import Matcher, matches
 
-#: (series name, PodSeries list field, what a minute contributes)
-_STEP_FIELDS: tuple[tuple[str, str, Callable[[Point], float | None]], ...] = (
-    ("kvcache_usage_ratio", "usage_max", lambda p: p.max),
-    ("kvcache_usage_ratio", "usage_mean", lambda p: p.mean),
-    ("kvcache_demand_tokens", "demand_max", lambda p: p.max),
-    ("kvcache_capacity_tokens", "capacity_tokens", lambda p: p.last),
-    ("kvcache_preemptions_total", "preemptions", lambda p: p.increase),
-    ("kvcache_prefix_cache_queries_tokens_total", "prefix_queries", lambda p: p.increase),
-    ("kvcache_prefix_cache_hits_tokens_total", "prefix_hits", lambda p: p.increase),
-    ("kvcache_requests_running", "running_max", lambda p: p.max),
-)
+#: What a history minute contributes to a step, for each reduction of :data:`~sidecar.report.data.STEP_SERIES`
+#: (the history keeps each minute's largest, mean and last sample, and a counter's increase with resets handled).
+_MINUTE: dict[str, Callable[[Point], float | None]] = {
+    MAX: lambda p: p.max,
+    MEAN: lambda p: p.mean,
+    LAST: lambda p: p.last,
+    INCREASE: lambda p: p.increase,
+}
+#: How a pod's several series of one step series (``only``: requests waiting by reason) combine in a step.
+_COMBINE: dict[str, Callable[[float, float], float]] = {MAX: max}
 _PodKey = tuple[str, str, str]  # (target, model_name, engine)
 
 
 class HistorySource:
-    """Read one period (and the one before it) from a history file."""
+    """Read one period (and, asked, the periods before it) from a history file."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -50,16 +65,29 @@ class HistorySource:
         try:
             week = self._read(store, period, matchers)
             if compare_previous:
-                previous = self._read(store, period.previous(), matchers, PREVIOUS_FIELDS)
-                week.previous = previous if previous.pods else None
+                week.history = self._history(store, period, matchers)
         finally:
             store.close()
         return week
 
+    def _history(
+        self, store: HistoryStore, period: Period, matchers: tuple[Matcher, ...]
+    ) -> list[dict[ModelKey, WeeklyPeak]]:
+        """The :data:`HISTORY_PERIODS` periods before ``period``, oldest first, each read (its demand alone) and
+        reduced to its models' peaks before the next; a period without data is left out (a gap)."""
+        peaks: list[dict[ModelKey, WeeklyPeak]] = []
+        before = period
+        for _ in range(HISTORY_PERIODS):
+            before = before.previous()
+            found = model_peaks(self._read(store, before, matchers, PREVIOUS_FIELDS))
+            if found:
+                peaks.insert(0, found)
+        return peaks
+
     def _read(
         self, store: HistoryStore, period: Period, matchers: tuple[Matcher, ...], only: tuple[str, ...] = ()
     ) -> Week:
-        """The period's pods; with ``only``, just those series of them (the period before: PREVIOUS_FIELDS)."""
+        """The period's pods; with ``only``, just those series of them (a period before: PREVIOUS_FIELDS)."""
         pods: dict[_PodKey, PodSeries] = {}
 
         def pod_of(labels: dict[str, str]) -> PodSeries | None:
@@ -74,22 +102,30 @@ class HistorySource:
                 continue
             pods[key] = PodSeries.empty(period, ModelKey("", key[1]), key[0], key[2], dict(labels))
 
-        for name, attr, value in _STEP_FIELDS:
-            if only and attr not in only:
-                continue
-            for sid, labels in store.series(name):
-                pod = pod_of(labels)
-                if pod is not None:
-                    _fill(getattr(pod, attr), period, store.points(sid, period.start, period.end), value)
+        for s in STEP_SERIES:
+            if not only or s.field in only:
+                _read_step_series(store, period, s, pod_of)
         if not only:
-            for sid, labels in store.series("kvcache_requests_waiting"):
-                pod = pod_of(labels)
-                if pod is not None and labels.get("reason") in ("capacity", "all"):
-                    _fill(pod.waiting_max, period, store.points(sid, period.start, period.end), lambda p: p.max, max)
             for pod in pods.values():
                 _read_pod_facts(store, period, pod)
         ordered = sorted(pods.values(), key=lambda p: (p.model, p.pod, p.engine))
         return Week(period=period, pods=ordered, pages=[], source=f"history {self.path}", pages_known=False)
+
+
+def _read_step_series(
+    store: HistoryStore, period: Period, s: StepSeries, pod_of: Callable[[dict[str, str]], PodSeries | None]
+) -> None:
+    """Every pod's series ``s`` from its one-minute rows; ``only`` and ``ranked_by`` as :class:`StepSeries` says."""
+    label, ranks = s.ranked_by or ("", ("",))
+    for rank in ranks:  # the higher rank last: it wins a minute both fill
+        for sid, labels in store.series(s.metric):
+            pod = pod_of(labels)
+            if pod is None or (s.only and labels.get(s.only[0]) not in s.only[1]):
+                continue
+            if label and labels.get(label, ranks[0]) != rank:
+                continue
+            points = store.points(sid, period.start, period.end)
+            _fill(getattr(pod, s.field), period, points, _MINUTE[s.reduce], _COMBINE.get(s.reduce) if s.only else None)
 
 
 def _fill(
@@ -130,12 +166,9 @@ def _largest(store: HistoryStore, period: Period, name: str, labels: dict[str, s
 
 
 def _read_pod_facts(store: HistoryStore, period: Period, pod: PodSeries) -> None:
-    """The pod's last-seen settings: pool labels, GPU utilization, bytes per token, model shape."""
+    """The pod's last-seen settings: pool labels, GPU utilization, bytes per token, model shape (its step
+    series are read by :func:`_read_step_series`)."""
     own: dict[str, str] = {k: pod.labels[k] for k in ("target", "model_name", "engine") if k in pod.labels}
-    for budget in ("estimated", "exact"):  # exact wins where both exist
-        for sid, _ in store.series("kvcache_theoretical_capacity_tokens", {**own, "budget": budget}):
-            points = store.points(sid, period.start, period.end)
-            _fill(pod.theoretical_capacity_tokens, period, points, lambda p: p.last)
     found = _last(store, period, "kvcache_gpu_memory_utilization", own)
     pod.gpu_memory_utilization = found[1] if found else None
     found = _last(store, period, "kvcache_theoretical_bytes_per_token", own)

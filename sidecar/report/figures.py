@@ -2,9 +2,9 @@
 
 What: :func:`compute` turns a :class:`~sidecar.report.data.Week` into a
 :class:`~sidecar.report.results.Report`: per pod and per model the usage, capacity, pressure,
-advice and timeline, per model the week-over-week growth, whether it needs action and a one-line
-summary. Pure: no I/O, no clock (``generated_at`` is given), no set iteration (pods are sorted by
-name, models by rank), and no rounding (the renderers format).
+advice and timeline, per model the growth over the weeks the source read (:mod:`sidecar.report.growth`),
+whether it needs action and a one-line summary. Pure: no I/O, no clock (``generated_at`` is given), no
+set iteration (pods are sorted by name, models by rank), and no rounding (the renderers format).
 
 Why here: both sources fill the same :class:`~sidecar.report.data.Week`, so a figure is defined
 once, whatever the history came from.
@@ -49,7 +49,6 @@ from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..artifacts.params import Thresholds
 from ..capacity.budget import NonKVBytes
 from ..capacity.dtypes import DTYPE_BYTES, canonical_dtype
 from ..capacity.errors import CapacityError
@@ -66,17 +65,26 @@ from ..forecast.policy import (
     utilization_text,
 )
 from ..forecast.sizing import gpu_memory_from_largest_pool, gpu_memory_from_suggestion
+from ..thresholds import Thresholds
 from .data import ModelKey, Page, Period, PodSeries, Week
-from .results import Advice, Capacity, Growth, ModelReport, PodReport, Pressure, Report, Timeline, Usage
+from .growth import (
+    AT_CAPACITY,
+    GROWING,
+    NO_FIT,
+    NO_PREVIOUS_DATA,
+    NOT_ENOUGH_HISTORY,
+    GrowthTrend,
+    WeeklyPeak,
+    growth_trend,
+    weekly_peak,
+)
+from .results import Advice, Capacity, ModelReport, PodReport, Pressure, Report, Timeline, Usage
 
 HOUR_S = 3600.0
 DAY_S = 86_400.0
 WEEK_S = 604_800.0
 #: The percentiles of usage, by the key sources use in ``usage_quantiles``.
 QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
-#: A week-over-week change of the peak demand at or below this share is noise, not growth: one
-#: more request's worth of tokens at the peak moves it by about this much on a busy engine.
-GROWTH_NOISE_RATIO = 0.01
 #: A model needs action when its peak meets its capacity within this many weeks at the growth seen.
 NEEDS_ACTION_WEEKS_UNTIL_FULL = 4.0
 #: ... or when it spent more than this many hours above the watermark (the paging threshold) ...
@@ -342,30 +350,6 @@ def _timeline(s: _Steps, period: Period) -> Timeline:
         preemptions_per_hour=_per_hour(s.preemptions, period),
         hour_of_week_peak_ratio=profile,
     )
-
-
-def _growth(capacity: Capacity, previous_peak: float | None, period: Period, full: bool = False) -> Growth:
-    """Week over week: the peak's change, and the weeks until it meets the usable capacity.
-
-    At the same absolute growth per period (linear, the simplest trend two points give):
-    ``periods = (usable − peak) ÷ (peak − previous)``, in weeks ``periods × period ÷ 604,800 s``.
-    "at capacity" when the peak already met the usable capacity (0 weeks), or ``full``: one of the
-    model's pods already did (a model whose hottest pod is full is not weeks away); "not growing" when the
-    change is at most :data:`GROWTH_NOISE_RATIO` (or the week had no demand); "no previous data"
-    without a previous period for the model.
-    """
-    peak, usable = capacity.peak_demand_tokens, capacity.usable_tokens
-    change = (peak - previous_peak) / previous_peak if peak is not None and previous_peak else None
-    if full or (peak is not None and usable is not None and peak >= usable):
-        return Growth(previous_peak, change, 0.0, "at capacity")
-    if previous_peak is None:
-        return Growth(None, None, None, "no previous data")
-    if peak is None or peak <= previous_peak or (change is not None and change <= GROWTH_NOISE_RATIO):
-        return Growth(previous_peak, change, None, "not growing")
-    weeks = None
-    if usable is not None:
-        weeks = (usable - peak) / (peak - previous_peak) * period.seconds / WEEK_S
-    return Growth(previous_peak, change, weeks, "growing")
 
 
 # --- advice -------------------------------------------------------------------------------------
@@ -708,20 +692,36 @@ def _by_model(pods: Iterable[PodSeries]) -> dict[ModelKey, list[PodSeries]]:
     return out
 
 
-def _previous_peaks(week: Week) -> dict[ModelKey, float | None]:
-    """Each model's peak demand in the period before (the same model-level sum as this period's
-    :func:`_model_steps` and :func:`_capacity`): it reads only ``demand_max``, the sources' PREVIOUS_FIELDS."""
-    previous = week.previous
-    if previous is None:
-        return {}
-    peaks: dict[ModelKey, float | None] = {}
-    for model, pods in _by_model(previous.pods).items():
-        demands = _finite(_combine((p.demand_max for p in pods), "sum"))
-        peaks[model] = max(demands) if demands else None
+def _no_demand(usable_tokens: float | None, had_history: bool) -> GrowthTrend:
+    """The growth of a model with no demand sample this period: nothing to fit; "no previous data" without
+    earlier weeks either, else "not enough history" (this week is missing)."""
+    return GrowthTrend(
+        previous_peak_demand_tokens=None,
+        change_ratio=None,
+        weeks_until_full=None,
+        verdict=NOT_ENOUGH_HISTORY if had_history else NO_PREVIOUS_DATA,
+        method=NO_FIT,
+        weeks_fitted=0,
+        weeks_skipped=0,
+        usable_tokens=usable_tokens,
+    )
+
+
+def _history_peaks(week: Week) -> dict[ModelKey, list[WeeklyPeak]]:
+    """Each model's weekly peaks in the periods before this one (``Week.history``), oldest first.
+
+    The sources reduced each period to its models' peaks as they read it
+    (:func:`sidecar.report.data.model_peaks`: the same per-step sum of the pods' demand as this
+    period's :func:`_model_steps`); a period where the model had no sample is absent (a gap).
+    """
+    peaks: dict[ModelKey, list[WeeklyPeak]] = {}
+    for period_peaks in week.history:
+        for model, peak in period_peaks.items():
+            peaks.setdefault(model, []).append(peak)
     return peaks
 
 
-def needs_action(advice: Advice, usage: Usage, pressure: Pressure, growth: Growth) -> bool:
+def needs_action(advice: Advice, usage: Usage, pressure: Pressure, growth: GrowthTrend) -> bool:
     """Any advice but ``none``, uneven load, time above the watermark, preemptions, or full within a few weeks."""
     return (
         advice.action != NO_ACTION
@@ -736,7 +736,7 @@ def _summary(
     model: ModelKey,
     usage: Usage,
     pressure: Pressure,
-    growth: Growth,
+    growth: GrowthTrend,
     advice: Advice,
     pages: Sequence[Page] = (),
     full: Sequence[PodReport] = (),
@@ -759,14 +759,25 @@ def _summary(
             f"already full on {hottest.pod} (peak demand {_percent(hottest.capacity.peak_demand_ratio or 0.0)} "
             "of its usable tokens)"
         )
-    elif growth.verdict == "at capacity":
+    elif growth.verdict == AT_CAPACITY:
         facts.append("already full (peak demand at the usable capacity)")
-    elif growth.verdict == "growing" and growth.weeks_until_full is not None:
-        facts.append(f"full in {growth.weeks_until_full:.1f} weeks at this growth")
+    elif growth.weeks_until_full is not None:
+        facts.append(_full_in(growth))
     todo = advice.sentence[0].lower() + advice.sentence[1:]
     if advice.uneven:
         todo = todo.rstrip(".") + "; " + advice.uneven[0].lower() + advice.uneven[1:]
     return f"{model}: {', '.join(facts)}; {todo}"
+
+
+def _full_in(growth: GrowthTrend) -> str:
+    """ "full in N weeks" with how it was measured: the fit's interval and weeks, or the two points it rests on."""
+    text = f"full in {growth.weeks_until_full:.1f} weeks at this growth"
+    if growth.verdict != GROWING:  # two points: no fit, no interval
+        return f"{text} (two weeks only: no uncertainty)"
+    low, high = growth.weeks_until_full_low, growth.weeks_until_full_high
+    fast = f"{low:.1f}" if low is not None else "?"
+    slow = f"{high:.1f} weeks" if high is not None else f"over {growth.horizon_weeks:.0f} weeks"
+    return f"{text} ({growth.confidence * 100:.0f}%: {fast} to {slow}, fitted over {growth.weeks_fitted} weeks)"
 
 
 def _urgency(m: ModelReport) -> tuple[bool, float, float, str]:
@@ -782,7 +793,7 @@ def _model_report(
     thresholds: Thresholds,
     served: ServedModel | None,
     settings: AdviceSettings,
-    previous_peak: float | None,
+    history: Sequence[WeeklyPeak],
 ) -> ModelReport:
     period = week.period
     rows = [_pod_report(p, week, thresholds, served, settings) for p in pods]
@@ -791,7 +802,11 @@ def _model_report(
     capacity = _capacity(s)
     pressure = _pressure(s, period, week.model_seconds_waiting.get(model))
     full = [r for r, _, _ in rows if (r.capacity.peak_demand_ratio or 0.0) >= 1.0]
-    growth = _growth(capacity, previous_peak, period, full=bool(full))
+    this_week = weekly_peak(period.start, s.demand)
+    peaks = [*history, this_week] if this_week is not None else []
+    # no usable tokens (a pool of one block, an engine asleep): the growth without weeks until full
+    usable = capacity.usable_tokens if capacity.usable_tokens and capacity.usable_tokens > 0 else None
+    growth = growth_trend(peaks, usable, at_capacity=bool(full)) if peaks else _no_demand(usable, bool(history))
     advice = _model_advice(
         [(p, r) for p, (r, _, _) in zip(pods, rows, strict=True)], capacity.peak_demand_tokens, served, settings, period
     )
@@ -898,7 +913,7 @@ def compute(
     peak demand over usable capacity (highest first), preemptions, name.
     """
     served = served or {}
-    previous = _previous_peaks(week)
+    history = _history_peaks(week)
     models = [
         _model_report(
             model,
@@ -907,7 +922,7 @@ def compute(
             thresholds,
             served.get(model) or exported_model(pods, advice),
             advice,
-            previous.get(model),
+            history.get(model, []),
         )
         for model, pods in _by_model(week.pods).items()
     ]

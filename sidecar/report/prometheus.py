@@ -25,7 +25,7 @@ How the queries are cut, so that a thousand pods do not hurt Prometheus:
   of the report's input (about 100 MB of JSON for a week of 64 pods): they are asked uncompressed
   (``Accept-Encoding: identity``; gzip cost Prometheus a third more CPU; a ``--header
   'Accept-Encoding: gzip'`` asks for it over a slow link) and each series' points are cut out of the
-  compact JSON as bytes and read straight into ``array("d")`` (:func:`_cut_values`), not built as
+  compact JSON as bytes and read straight into ``array("d")`` (:func:`sidecar.prometheus_api.cut_values`), not built as
   Python lists first; an answer written with other spacing is parsed as plain JSON.
 - **Counters** come back as their last raw value in each step (and the step before the period), and
   their increases are computed here: a rise is the difference, a drop is a restart and the increase
@@ -61,43 +61,56 @@ How the queries are cut, so that a thousand pods do not hurt Prometheus:
 - **Pages**: ``max_over_time(ALERTS{alertname=~"KVCacheAlmostFull|KVCacheFullSoon",
   alertstate="firing"}[60s])`` per step; consecutive firing steps are one page, from the start of
   the first to the end of the last (the rules are evaluated at least every minute).
-- **The period before** (``--compare-previous``): the same discovery, then only the per-step series of
-  ``PREVIOUS_FIELDS`` (the demand: the week-over-week growth is its peak), about a tenth of a week's memory.
+- **The periods before** (``--compare-previous``): up to ``HISTORY_PERIODS`` (7) of them, one at a time,
+  each the same discovery and then only the per-step series of ``PREVIOUS_FIELDS`` (the demand, about a
+  tenth of a week's memory), reduced at once to each model's weekly peak (``model_peaks``): the growth
+  is fitted over those peaks and this week's (:mod:`sidecar.report.growth`).
 
-Failures: each is a :class:`ReportSourceError` with one line. Each request has ``timeout_s`` in all,
-connect, TLS, request and whole answer included, however slowly the server sends
-(:mod:`sidecar.outbound`), and Prometheus is given the same ``timeout``; a request that ran out of it
-is not sent again (so a report ends within about its timeout when Prometheus stalls). Connection
-errors, 429 and 5xx answers are retried ``retries`` times with exponential backoff (0.5 s, doubling,
-at most 8 s); other 4xx are not. A server's text in a message (Prometheus' own error, e.g. a
-``bad_data`` parse error) has the token, the URL's password and the ``--header`` values replaced by
-``***`` and is one line of at most 200 characters (:func:`sidecar.outbound.scrubbed`). An answer that
-is not what the API documents (a label value that is not a string, a timestamp that is not a finite
-number) is one line too. At most ``max_pods`` pods are read (:data:`MAX_PODS`); their series are
+Failures: each is a :class:`ReportSourceError` with one line. The requests are
+:class:`sidecar.prometheus_api.PrometheusClient`'s: each has ``timeout_s`` in all however slowly the
+server sends, and is not sent again once that is spent (so a report ends within about its timeout when
+Prometheus stalls); connection errors, 429 and 5xx answers are retried ``retries`` times with
+exponential backoff; other 4xx are not; Prometheus' own error text is in the message with the token,
+the URL's password and the ``--header`` values replaced by ``***``; an answer that is not what the
+API documents is one line too. At most ``max_pods`` pods are read (:data:`MAX_PODS`); their series are
 allocated as their data arrive, not when the discovery answer names them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import re
-import time
 from array import array
 from collections.abc import Callable, Mapping, MutableSequence, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from .. import outbound
-from ..artifacts.params import Thresholds
-from ..files import TOKEN_MAX_BYTES, FileProblem, read_text
-from .data import MAX_POINTS_PER_SERIES, PAGED_ALERTS, PREVIOUS_FIELDS, ModelKey, Page, Period, PodSeries, Week
+from ..prometheus_api import Matrix, PrometheusClient, PrometheusError, Vector
+from ..thresholds import Thresholds
+from .data import (
+    HISTORY_PERIODS,
+    INCREASE,
+    LAST,
+    MAX,
+    MEAN,
+    PAGED_ALERTS,
+    PREVIOUS_FIELDS,
+    STEP_SERIES,
+    ModelKey,
+    Page,
+    Period,
+    PodSeries,
+    StepSeries,
+    Week,
+    model_peaks,
+    step_series,
+)
 from .data import steps as nan_steps
+from .growth import WeeklyPeak
 from .selector import Matcher, SelectorError, parse_selector, promql
 
 #: The labels that can identify a pod's series; a pod is named by the first present of POD_NAME_LABELS.
@@ -114,46 +127,34 @@ INFO_LABELS = {
     "kvcache_model_info": "architecture, attention, kv_dtype, tp, pp",
 }
 INFO_STEP_S = 3600.0
-#: Answers larger than this are refused (a week of 50 pods is a few MiB).
-MAX_BODY_BYTES = 256 * 1024 * 1024
 #: The most pods one report reads (``--max-pods``): each costs about 0.8 MB a week of series (twice
-#: with ``--compare-previous``), so a discovery answer naming more is refused before any is allocated.
+#: with ``--compare-previous``, whose periods are read one at a time), so a discovery answer naming
+#: more is refused before any is allocated.
 MAX_PODS = 1000
-BACKOFF_BASE_S = 0.5
-BACKOFF_CAP_S = 8.0
 #: The share of a model's minutes its recorded series must cover for the per-model figures.
 RULE_COVERAGE = 0.99
 QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 MODEL_USAGE_RULE = "namespace_model:kvcache_usage_ratio:max"
 MODEL_WAITING_RULE = "namespace_model:kvcache_requests_waiting:bool"
-WAITING_REASONS = 'reason=~"capacity|all"'
+WAITING = step_series("waiting_max")
+WAITING_REASONS = WAITING.only_matcher()
 
-#: (PodSeries field, metric, per-step reduction); across a pod's series the maximum, taken here
-#: (:func:`_merged`, as Prometheus' ``max by``): aggregating on the server doubles its CPU time for
-#: these queries, and a pod has one series almost always (two across a restart with a new instance).
-#: ``usage_mean`` is read only for the pods whose figures Prometheus did not reduce (:meth:`_Reader._mean_jobs`).
-_STEP_GAUGES: tuple[tuple[str, str, str], ...] = (
-    ("usage_max", "kvcache_usage_ratio", "max_over_time"),
-    ("demand_max", "kvcache_demand_tokens", "max_over_time"),
-    ("capacity_tokens", "kvcache_capacity_tokens", "last_over_time"),
-)
-_STEP_COUNTERS: tuple[tuple[str, str], ...] = (
-    ("preemptions", "kvcache_preemptions_total"),
-    ("prefix_queries", "kvcache_prefix_cache_queries_tokens_total"),
-    ("prefix_hits", "kvcache_prefix_cache_hits_tokens_total"),
-)
+#: Each step's reduction of :data:`~sidecar.report.data.STEP_SERIES` as PromQL over the step's ``[60s]``;
+#: a counter's (INCREASE) is its last value, turned into increases here (:func:`_increases`). Across a
+#: pod's series the maximum is taken here (:func:`_merged`, as Prometheus' ``max by``): aggregating on the
+#: server doubles its CPU time for these queries, and a pod has one series almost always (two across a
+#: restart with a new instance).
+OVER_TIME = {MAX: "max_over_time", MEAN: "avg_over_time", LAST: "last_over_time", INCREASE: "last_over_time"}
+#: Step series not read per step for every pod: ``usage_mean`` only for the pods whose figures Prometheus
+#: did not reduce (:meth:`_Reader._mean_jobs`); ``running_max`` not at all, its peak is one instant
+#: query (``PodSeries.requests_running_peak``).
+NOT_PER_STEP = ("usage_mean", "running_max")
 
 
-class ReportSourceError(Exception):
-    """Prometheus could not be read; the message is one line, ``exit_code`` what the CLI exits with.
-
-    1: unreachable, an HTTP error, a timeout, an answer that is not Prometheus'; 2: bad arguments
-    (the URL, the selector, the token or CA file).
-    """
-
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(" ".join(message.split()))
-        self.exit_code = exit_code
+#: Prometheus could not be read: the client's error (one line, ``exit_code`` 1 for the source, 2 for bad
+#: arguments), also raised here for the report's own checks (the selector, ``--max-pods``); one class, so
+#: the CLI catches one thing.
+ReportSourceError = PrometheusError
 
 
 @dataclass(frozen=True)
@@ -202,15 +203,12 @@ class _Batch:
         )
 
 
-_Vector = list[tuple[dict[str, str], float]]
-#: a range query's series: labels, timestamps, values (in time order)
-_Matrix = list[tuple[dict[str, str], "array[float]", "array[float]"]]
-#: How a range query's points start in the compact JSON Prometheus (Thanos, Mimir) writes.
-_VALUES = b'"values":['
-
-
 class PrometheusSource:
-    """Read one period (and the one before it) from a Prometheus-compatible HTTP API."""
+    """Read one period (and the one before it) from a Prometheus-compatible HTTP API.
+
+    The requests go through :class:`sidecar.prometheus_api.PrometheusClient` (:attr:`api`): its deadline,
+    retries, size limit and error messages are the report's.
+    """
 
     def __init__(
         self,
@@ -234,165 +232,41 @@ class PrometheusSource:
             raise ReportSourceError(
                 "concurrency, pods per query and --max-pods must be >= 1, retries >= 0, the timeout > 0", 2
             )
-        if ca_file and not Path(ca_file).is_file():
-            raise ReportSourceError(f"CA file {ca_file}: not a readable file", 2)
-        self.url = url.rstrip("/")
-        #: the URL as messages and the report show it: without user:password@
-        self.shown = shown_url(self.url)
-        #: what never goes into a message: the URL's user information, the --header values, the token
-        self._secrets = outbound.url_secrets(self.url) + [
-            v for k, v in (headers or {}).items() if k.lower() != "accept-encoding" and len(v) >= 4
-        ]
+        self.api = PrometheusClient(
+            url,
+            bearer_token_file=bearer_token_file,
+            ca_file=ca_file,
+            insecure_skip_verify=insecure_skip_verify,
+            headers=headers,
+            timeout_s=timeout_s,
+            retries=retries,
+            timeout_hint="--timeout",
+            size_hint="--pods-per-query",
+            client=client,
+        )
         self.max_pods = max_pods
-        self.bearer_token_file = bearer_token_file
-        # Answers uncompressed unless the caller asks otherwise (a header 'Accept-Encoding: gzip' for a slow
-        # link): gzip makes Prometheus spend a third more CPU on these answers (a week of 64 pods: ~100 MB).
-        own = {} if any(k.lower() == "accept-encoding" for k in headers or {}) else {"Accept-Encoding": "identity"}
-        self.headers = {**own, **(headers or {})}
-        self.timeout_s = timeout_s
         self.concurrency = concurrency
         self.pods_per_query = pods_per_query
-        self.retries = retries
-        verify: str | bool = ca_file if ca_file else not insecure_skip_verify
-        self._deadline: outbound.DeadlineBackend | None = None
-        if client is None:
-            client, self._deadline = outbound.client(timeout_s, verify)
-        self._client = client
-        self._token: str | None = None
-        self._sleep: Callable[[float], None] = time.sleep
-        #: what the last load() did: queries sent, attempts, Prometheus' warnings
-        self.queries = 0
-        self.attempts = 0
-        self.warnings: list[str] = []
 
-    # --- the HTTP edge -------------------------------------------------------------------------
+    @property
+    def shown(self) -> str:
+        """The URL as messages and the report show it: without user:password@."""
+        return self.api.shown
 
-    def _read_token(self) -> None:
-        """The bearer token, read once per load (a rotated token is picked up by the next report)."""
-        if not self.bearer_token_file:
-            self._token = None
-            return
-        try:
-            token = read_text(self.bearer_token_file, max_bytes=TOKEN_MAX_BYTES, what="a token file").strip()
-        except FileProblem as e:
-            raise ReportSourceError(f"bearer token file {self.bearer_token_file}: {e.reason}", 2) from None
-        if not token:
-            raise ReportSourceError(f"bearer token file {self.bearer_token_file} is empty", 2)
-        self._token = token
-        self._secrets.append(token)
+    @property
+    def queries(self) -> int:
+        """Queries the last :meth:`load` sent (retries not counted)."""
+        return self.api.queries
 
-    def _post(self, path: str, form: Mapping[str, str]) -> Any:
-        """POST ``form`` to ``path`` with retries; the ``data`` of Prometheus' answer."""
-        headers = dict(self.headers)
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
-        self.queries += 1
-        for attempt in range(self.retries + 1):
-            self.attempts += 1
-            try:
-                status, body = self._send(path, form, headers)
-            except _TimedOut as e:
-                raise ReportSourceError(str(e)) from None  # its whole time is spent: not sent again
-            except _Transient as e:
-                if attempt == self.retries:
-                    raise ReportSourceError(f"{e} (after {attempt + 1} attempts)") from None
-            else:
-                if status == 429 or status >= 500:
-                    if attempt == self.retries:
-                        raise ReportSourceError(
-                            f"{self._http_error(path, status, body)} (after {attempt + 1} attempts)"
-                        )
-                else:
-                    return self._data(path, status, body)
-            self._sleep(min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt))
-            if outbound.CANCELLED.is_set():
-                raise ReportSourceError("stopped: the process is shutting down")
-        raise AssertionError("unreachable")  # pragma: no cover
+    @property
+    def attempts(self) -> int:
+        """Requests the last :meth:`load` sent, retries included."""
+        return self.api.attempts
 
-    def _send(self, path: str, form: Mapping[str, str], headers: Mapping[str, str]) -> tuple[int, bytes]:
-        deadline = self._deadline.deadline(self.timeout_s) if self._deadline else contextlib.nullcontext()
-        try:
-            with deadline, self._client.stream("POST", self.url + path, data=dict(form), headers=headers) as response:
-                chunks: list[bytes] = []
-                size = 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > MAX_BODY_BYTES:
-                        raise ReportSourceError(
-                            f"{self.shown}{path}: the answer is larger than {MAX_BODY_BYTES >> 20} MiB; "
-                            "select fewer pods per query"
-                        )
-                    chunks.append(chunk)
-                return response.status_code, b"".join(chunks)
-        except httpx.TimeoutException:
-            raise _TimedOut(f"{self.shown}{path}: no whole answer within {self.timeout_s:g}s (--timeout)") from None
-        except outbound.Cancelled:
-            raise ReportSourceError("stopped: the process is shutting down") from None
-        except httpx.TransportError as e:
-            detail = outbound.scrubbed(str(e), self._secrets)
-            raise _Transient(f"cannot reach {self.shown}: {type(e).__name__}: {detail}") from None
-
-    def _http_error(self, path: str, status: int, body: bytes) -> str:
-        try:
-            doc = json.loads(body)
-            detail = f"{doc.get('errorType', 'error')}: {doc['error']}"
-        except (ValueError, TypeError, KeyError, AttributeError):
-            detail = body[:4096].decode("utf-8", "replace").strip() or "(empty body)"
-        return f"{self.shown}{path}: HTTP {status}: {outbound.scrubbed(detail, self._secrets)}"
-
-    def _data(self, path: str, status: int, body: bytes) -> Any:
-        if status != 200:
-            raise ReportSourceError(self._http_error(path, status, body))
-        # A range query's points are most of its answer: cut out as bytes, parsed by _points_of.
-        cut = _cut_values(body) if path.endswith("query_range") else None
-        try:
-            doc = json.loads(cut[0] if cut else body)
-        except ValueError:
-            raise ReportSourceError(
-                f"{self.shown}{path}: the answer is not JSON; is this a Prometheus API URL?"
-            ) from None
-        if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
-            raise ReportSourceError(f"{self.shown}{path}: the answer is not Prometheus' API JSON")
-        if doc["status"] == "error":
-            said = outbound.scrubbed(f"{doc.get('errorType', 'error')}: {doc.get('error', '')}", self._secrets)
-            raise ReportSourceError(f"{self.shown}{path}: {said}")
-        warnings = doc.get("warnings") or []
-        self.warnings.extend(outbound.scrubbed(str(w), self._secrets) for w in warnings[:20] if w)
-        data = doc.get("data")
-        if not isinstance(data, dict) or not isinstance(data.get("result"), list):
-            raise ReportSourceError(f"{self.shown}{path}: the answer has no result list")
-        if cut:
-            result = data["result"]
-            if len(result) != len(cut[1]) or not all(isinstance(r, dict) and r.get("values") == [] for r in result):
-                raise ReportSourceError(f"{self.shown}{path}: malformed matrix")
-            for r, points in zip(result, cut[1], strict=True):
-                r["values"] = points
-        return data
-
-    def _instant(self, query: str, at: float) -> _Vector:
-        data = self._post("/api/v1/query", {"query": query, "time": _ts(at), "timeout": f"{self.timeout_s:g}s"})
-        if data.get("resultType") != "vector":
-            raise ReportSourceError(f"{self.shown}: expected a vector for {query[:60]!r}, got {data.get('resultType')}")
-        try:
-            return [(_labels(r["metric"]), _sample(r["value"])) for r in data["result"]]
-        except (KeyError, IndexError, TypeError, ValueError) as e:
-            raise ReportSourceError(f"{self.shown}: malformed vector for {query[:60]!r}: {e}") from None
-
-    def _range(self, query: str, start: float, end: float, step_s: float = 60.0) -> _Matrix:
-        points = int(round((end - start) / step_s)) + 1
-        assert points <= MAX_POINTS_PER_SERIES, f"{points} points per series exceed Prometheus' limit"
-        form = {"query": query, "start": _ts(start), "end": _ts(end), "step": f"{step_s:g}"}
-        form["timeout"] = f"{self.timeout_s:g}s"
-        # VictoriaMetrics rounds start down to a multiple of the step (for its cache) unless told not to; that
-        # would move every window by the 1 ms edge (Prometheus ignores the parameter)
-        form["nocache"] = "1"
-        data = self._post("/api/v1/query_range", form)
-        if data.get("resultType") != "matrix":
-            raise ReportSourceError(f"{self.shown}: expected a matrix for {query[:60]!r}, got {data.get('resultType')}")
-        try:
-            return [(_labels(r["metric"]), *_points_of(r["values"])) for r in data["result"]]
-        except (KeyError, TypeError, ValueError) as e:
-            raise ReportSourceError(f"{self.shown}: malformed matrix for {query[:60]!r}: {e}") from None
+    @property
+    def warnings(self) -> list[str]:
+        """Prometheus' warnings beside the last :meth:`load`'s answers (a partial answer, say)."""
+        return self.api.warnings
 
     # --- one load ------------------------------------------------------------------------------
 
@@ -404,7 +278,7 @@ class PrometheusSource:
         *,
         thresholds: Thresholds | None = None,
     ) -> Week:
-        """Every pod the selector matches in ``period`` (and, asked, the period before it).
+        """Every pod the selector matches in ``period`` (and, asked, its models' peaks in the 7 periods before it).
 
         ``selector``: a PromQL label-matcher set (``{namespace="prod"}``), ``""``, or matchers already
         parsed by :func:`~sidecar.report.selector.parse_selector`; ``thresholds``: the warning and
@@ -419,51 +293,18 @@ class PrometheusSource:
             matchers = selector
         if period.step_s != 60.0:
             raise ReportSourceError(f"the Prometheus source reads 60 s steps, the period asks {period.step_s:g}s", 2)
-        self._read_token()
-        self.queries = self.attempts = 0
-        self.warnings = []
+        self.api.read_token()  # once per load: a rotated token is picked up by the next report
+        self.api.reset_counts()
         th = thresholds or Thresholds()
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="report-prometheus") as pool:
             reader = _Reader(self, pool, promql(matchers), matchers, th)
             week = reader.week(period)
             if compare_previous:
-                previous = reader.previous_week(period.previous())
-                week.previous = previous if previous.pods else None
+                week.history = reader.history(period)
         return week
 
     def close(self) -> None:
-        self._client.close()
-
-
-def shown_url(url: str) -> str:
-    """What may be printed of a URL: without a ``user:password@`` (:func:`sidecar.outbound.shown_url`)."""
-    return outbound.shown_url(url)
-
-
-def _labels(metric: Any) -> dict[str, str]:
-    """A series' labels; ValueError unless a mapping of strings to strings (the API's documented form)."""
-    if not isinstance(metric, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
-        raise ValueError("labels must be a mapping of strings to strings")
-    return metric
-
-
-def _sample(value: Any) -> float:
-    """The value of an instant vector's ``[<time>, "<value>"]``; ValueError for a time that is not finite."""
-    if not isinstance(value, list) or len(value) != 2 or not math.isfinite(float(value[0])):
-        raise ValueError("a sample is [<finite time>, <value>]")
-    return float(value[1])
-
-
-class _Transient(Exception):
-    """A failure worth retrying (connection refused or reset)."""
-
-
-class _TimedOut(Exception):
-    """A request that used its whole time: not retried."""
-
-
-def _ts(t: float) -> str:
-    return f"{t:.3f}"
+        self.api.close()
 
 
 def _duration(seconds: float) -> str:
@@ -497,7 +338,7 @@ class _Reader:
 
     def _discover(self, period: Period) -> tuple[list[_Pod], dict[Any, PodSeries]]:
         """The pods with usage in the period, each with its series all NaN (one shared array, :func:`_lazy`)."""
-        found = self.src._instant(
+        found = self.src.api.instant(
             f"count by ({', '.join(ID_LABELS)}) "
             f"(last_over_time({self.metric('kvcache_usage_ratio')}[{_duration(period.seconds)}]))",
             period.end - EDGE_S,
@@ -513,18 +354,26 @@ class _Reader:
         empty = nan_steps(period)  # shared by every series until its first value arrives (_owned)
         return pods, {p.key: _lazy(period, p, empty) for p in pods}
 
+    def history(self, period: Period) -> list[dict[ModelKey, WeeklyPeak]]:
+        """The :data:`HISTORY_PERIODS` periods before ``period``, oldest first, each read and reduced to its
+        models' peaks (:func:`model_peaks`) before the next is read; a period without data is left out."""
+        peaks: list[dict[ModelKey, WeeklyPeak]] = []
+        before = period
+        for _ in range(HISTORY_PERIODS):
+            before = before.previous()
+            found = model_peaks(self.previous_week(before))
+            if found:
+                peaks.insert(0, found)
+        return peaks
+
     def previous_week(self, period: Period) -> Week:
-        """The period before: its pods and only the series the figures read of it (PREVIOUS_FIELDS)."""
+        """A period before: its pods and only the series read of it (PREVIOUS_FIELDS), for :func:`model_peaks`."""
         pods, series = self._discover(period)
-        window = "[60s]"
-        jobs = [
-            _job(self._fill_steps, f"{fn}({self.metric(metric, b.matchers)}{window})", b, period, series, attr, cs, ce)
-            for b in _batches(pods, self.src.pods_per_query)
-            for attr, metric, fn in _STEP_GAUGES
-            if attr in PREVIOUS_FIELDS
-            for cs, ce in self._chunks(period)
-        ]
-        self.run(jobs)
+        after: list[Callable[[], None]] = []
+        batches = _batches(pods, self.src.pods_per_query)
+        self.run([job for b in batches for job in self._step_jobs(b, period, series, after, PREVIOUS_FIELDS)])
+        for finish in after:
+            finish()
         ordered = sorted(series.values(), key=lambda p: (p.model, p.pod, p.engine))
         return Week(period=period, pods=ordered, pages=[], source=f"Prometheus {self.src.shown}")
 
@@ -576,39 +425,47 @@ class _Reader:
         return out
 
     def _step_jobs(
-        self, b: _Batch, period: Period, series: dict[Any, PodSeries], after: list[Callable[[], None]]
+        self,
+        b: _Batch,
+        period: Period,
+        series: dict[Any, PodSeries],
+        after: list[Callable[[], None]],
+        only: tuple[str, ...] = (),
     ) -> list[Callable[[], None]]:
+        """The batch's per-step series (:data:`~sidecar.report.data.STEP_SERIES` but :data:`NOT_PER_STEP`;
+        with ``only``, just those), a query per series and day; ``after`` turns the counters' last values
+        into increases."""
         jobs: list[Callable[[], None]] = []
-        window = "[60s]"
-        queries: list[tuple[str, str]] = [
-            (attr, f"{fn}({self.metric(metric, b.matchers)}{window})") for attr, metric, fn in _STEP_GAUGES
-        ]
-        waiting = self.metric("kvcache_requests_waiting", WAITING_REASONS, b.matchers)
-        queries.append(("waiting_max", f"max_over_time({waiting}{window})"))
-        for cs, ce in self._chunks(period):
-            for attr, q in queries:
-                jobs.append(_job(self._fill_steps, q, b, period, series, attr, cs, ce))
-            theoretical = self.metric("kvcache_theoretical_capacity_tokens", b.matchers)
-            q = f"last_over_time({theoretical}{window})"
-            jobs.append(_job(self._fill_theoretical, q, b, period, series, cs, ce))
         counter_before: dict[str, dict[Any, float]] = {}
-        for attr, metric in _STEP_COUNTERS:
-            before = counter_before.setdefault(attr, {})
-            q = f"last_over_time({self.metric(metric, b.matchers)}{window})"
+        for s in STEP_SERIES:
+            if s.field in NOT_PER_STEP or (only and s.field not in only):
+                continue
+            q = self.step_query(s, b)
+            before = counter_before.setdefault(s.field, {}) if s.reduce == INCREASE else None
             for cs, ce in self._chunks(period):
-                jobs.append(_job(self._fill_lasts, q, b, period, series, attr, before, cs, ce))
+                if before is not None:
+                    jobs.append(_job(self._fill_lasts, q, b, period, series, s.field, before, cs, ce))
+                elif s.ranked_by:
+                    jobs.append(_job(self._fill_ranked, q, s, b, period, series, cs, ce))
+                else:
+                    jobs.append(_job(self._fill_steps, q, b, period, series, s.field, cs, ce))
         after.append(_job(_increases, counter_before, series, b))
         return jobs
 
+    def step_query(self, s: StepSeries, b: _Batch) -> str:
+        """The PromQL of one step series for a batch: ``<reduction>_over_time(<metric>{...}[60s])``."""
+        return f"{OVER_TIME[s.reduce]}({self.metric(s.metric, s.only_matcher(), b.matchers)}[60s])"
+
     def _mean_jobs(self, b: _Batch, period: Period, series: dict[Any, PodSeries]) -> list[Callable[[], None]]:
         """The steps' mean usage (``avg by``: Prometheus' mean of a pod's series, one almost always)."""
-        q = f"avg by ({b.by}) (avg_over_time({self.metric('kvcache_usage_ratio', b.matchers)}[60s]))"
-        return [_job(self._fill_steps, q, b, period, series, "usage_mean", cs, ce) for cs, ce in self._chunks(period)]
+        mean = step_series("usage_mean")
+        q = f"avg by ({b.by}) ({self.step_query(mean, b)})"
+        return [_job(self._fill_steps, q, b, period, series, mean.field, cs, ce) for cs, ce in self._chunks(period)]
 
-    def _points(self, q: str, period: Period, cs: float, ce: float, before: bool = False) -> _Matrix:
+    def _points(self, q: str, period: Period, cs: float, ce: float, before: bool = False) -> Matrix:
         """Series of ``q`` over the chunk's steps; with ``before``, also the step before the chunk."""
         first = cs if before else cs + period.step_s
-        return self.src._range(q, first - EDGE_S, ce - EDGE_S)
+        return self.src.api.range(q, first - EDGE_S, ce - EDGE_S)
 
     def _fill_steps(
         self, q: str, b: _Batch, period: Period, series: dict[Any, PodSeries], attr: str, cs: float, ce: float
@@ -618,16 +475,18 @@ class _Reader:
             if pod is not None:
                 _put(_owned(pod, attr), period, *_merged(parts))
 
-    def _fill_theoretical(
-        self, q: str, b: _Batch, period: Period, series: dict[Any, PodSeries], cs: float, ce: float
+    def _fill_ranked(
+        self, q: str, s: StepSeries, b: _Batch, period: Period, series: dict[Any, PodSeries], cs: float, ce: float
     ) -> None:
-        """budget="exact" where it exists, else "estimated"."""
-        result = _grouped(self._points(q, period, cs, ce), lambda lb: (b.key(lb), lb.get("budget", "estimated")))
-        for budget in ("estimated", "exact"):
+        """A series ranked by a label (``budget``): the higher rank wins a step both fill."""
+        assert s.ranked_by is not None
+        label, ranks = s.ranked_by
+        result = _grouped(self._points(q, period, cs, ce), lambda lb: (b.key(lb), lb.get(label, ranks[0])))
+        for rank in ranks:
             for (key, of), parts in result.items():
                 pod = series.get(key)
-                if pod is not None and of == budget:
-                    _put(_owned(pod, "theoretical_capacity_tokens"), period, *_merged(parts))
+                if pod is not None and of == rank:
+                    _put(_owned(pod, s.field), period, *_merged(parts))
 
     def _fill_lasts(
         self,
@@ -662,7 +521,7 @@ class _Reader:
 
         def collect(name: str, q: str) -> Callable[[], None]:
             def job() -> None:
-                reduced[name] = {b.key(labels): v for labels, v in self.src._instant(q, at)}
+                reduced[name] = {b.key(labels): v for labels, v in self.src.api.instant(q, at)}
 
             return job
 
@@ -675,7 +534,7 @@ class _Reader:
         raw_waiting = self.metric("kvcache_requests_waiting", WAITING_REASONS, b.matchers)
         for cs, ce in self._chunks(period):
             q = f"count_over_time(({raw_waiting} > 0)[{_duration(ce - cs)}:{SUBQUERY_S}s]) * {SUBQUERY_S}"
-            jobs.append(_job(lambda q=q, ce=ce: waiting_counts.append(self.src._instant(q, ce - EDGE_S))))
+            jobs.append(_job(lambda q=q, ce=ce: waiting_counts.append(self.src.api.instant(q, ce - EDGE_S))))
         after.append(_job(self._seconds_waiting, b, period, waiting_counts, reduced))
         for metric in ("kvcache_gpu_memory_utilization", "kvcache_theoretical_bytes_per_token"):
             jobs.append(collect(metric, f"max by ({b.by}) (last_over_time({self.metric(metric, b.matchers)}{rng}))"))
@@ -708,11 +567,11 @@ class _Reader:
     ) -> list[Callable[[], None]]:
         """Jobs evaluating ``query`` (its ``{sub}`` the day's subquery range) at each day's end; ``after``
         sums the days into ``into`` by ``key``."""
-        days: list[_Vector] = []
+        days: list[Vector] = []
         jobs = []
         for cs, ce in self._chunks(period):
             q = query.replace("{sub}", f"[{_duration(ce - cs)}:{SUBQUERY_S}s]")
-            jobs.append(_job(lambda q=q, ce=ce: days.append(self.src._instant(q, ce - EDGE_S))))
+            jobs.append(_job(lambda q=q, ce=ce: days.append(self.src.api.instant(q, ce - EDGE_S))))
 
         def total() -> None:
             for vector in days:
@@ -749,7 +608,7 @@ class _Reader:
             for cs, ce in self._chunks(period):
                 sub = f"[{_duration(ce - cs)}:{SUBQUERY_S}s]"
                 q = f"sum by ({again.by}) (count_over_time((max without (reason) ({waiting}) > 0){sub})) * {SUBQUERY_S}"
-                for labels, v in self.src._instant(q, ce - EDGE_S):
+                for labels, v in self.src.api.instant(q, ce - EDGE_S):
                     found[again.key(labels)] = found.get(again.key(labels), 0.0) + v
         reduced["waiting"] = found
 
@@ -764,7 +623,7 @@ class _Reader:
         ) -> tuple[dict[Any, list[dict[str, str]]], dict[Any, float]]:
             q = f"max by ({b.by}, {labels}) (last_over_time({self.metric(metric, b.matchers)}[{int(step_s)}s]))"
             latest: dict[Any, tuple[float, list[dict[str, str]]]] = {}
-            for series_labels, times, _ in self.src._range(q, start + step_s - EDGE_S, end - EDGE_S, step_s):
+            for series_labels, times, _ in self.src.api.range(q, start + step_s - EDGE_S, end - EDGE_S, step_s):
                 if not times:
                     continue
                 key, t = b.key(series_labels), max(times)
@@ -842,7 +701,7 @@ class _Reader:
         daily["waiting"] = f"{by} (count_over_time(({waiting} == 1){{sub}})) * {SUBQUERY_S}"
         queries["waiting_present"] = f"{by} (count_over_time({waiting}{rng}))"
         names = list(queries)
-        results = self.run([_job(self.src._instant, queries[n], at) for n in names])
+        results = self.run([_job(self.src.api.instant, queries[n], at) for n in names])
 
         def model_of(labels: Mapping[str, str]) -> ModelKey:
             return ModelKey(labels.get("namespace", ""), labels.get("model_name", ""))
@@ -874,18 +733,7 @@ def _step_of(t: float, period: Period) -> int:
 #: --compare-previous, arrays, allocator and plots included; the message of --max-pods).
 _POD_MB = 1.0
 #: PodSeries fields holding per-step series (shared NaN until written).
-_SERIES_FIELDS = (
-    "usage_max",
-    "usage_mean",
-    "demand_max",
-    "capacity_tokens",
-    "theoretical_capacity_tokens",
-    "preemptions",
-    "prefix_queries",
-    "prefix_hits",
-    "waiting_max",
-    "running_max",
-)
+_SERIES_FIELDS = tuple(s.field for s in STEP_SERIES)
 
 
 def _lazy(period: Period, pod: _Pod, empty: array[float]) -> PodSeries:
@@ -934,7 +782,7 @@ def _put(steps: MutableSequence[float], period: Period, times: array[float], val
 
 
 def _grouped(
-    matrix: _Matrix, key: Callable[[dict[str, str]], Any]
+    matrix: Matrix, key: Callable[[dict[str, str]], Any]
 ) -> dict[Any, list[tuple[array[float], array[float]]]]:
     """The series of a range query by ``key`` of their labels, in the answer's order."""
     out: dict[Any, list[tuple[array[float], array[float]]]] = {}
@@ -954,47 +802,6 @@ def _merged(parts: Sequence[tuple[array[float], array[float]]]) -> tuple[array[f
                 best[t] = v
     ordered = sorted(best)
     return array("d", ordered), array("d", (best[t] for t in ordered))
-
-
-def _cut_values(body: bytes) -> tuple[bytes, list[bytes]] | None:
-    """A range query's answer with each ``"values":[...]`` emptied, and the points cut out, in order.
-
-    Prometheus, Thanos and Mimir write compact JSON; points are ``[<time>,"<value>"]`` with no
-    bracket in them, so a series' points end at the first ``]]``, and ``"values":[`` cannot occur
-    inside a JSON string (its quotes would be escaped). None when the answer is not written that way
-    (any other spacing): it is then parsed as JSON throughout.
-    """
-    parts = body.split(_VALUES)
-    if len(parts) == 1:
-        return None
-    kept, cut = [parts[0]], []
-    for part in parts[1:]:
-        end = 0 if part.startswith(b"]") else part.find(b"]]") + 1
-        if end == 0 and not part.startswith(b"]"):
-            return None
-        cut.append(part[:end])
-        kept.append(_VALUES + part[end:])
-    return b"".join(kept), cut
-
-
-def _points_of(values: Any) -> tuple[array[float], array[float]]:
-    """Timestamps and values of a series' points: cut-out bytes, or the JSON list ``[[t, "v"], ...]``.
-
-    Raises ValueError or TypeError when they are not numbers in pairs.
-    """
-    if isinstance(values, bytes):
-        tokens = values.translate(None, b'[]"').split(b",") if values else []
-        if len(tokens) % 2:
-            raise ValueError("points come in pairs")
-        times, numbers = array("d", map(float, tokens[0::2])), array("d", map(float, tokens[1::2]))
-    elif not isinstance(values, list):
-        raise TypeError("points are a list")
-    else:
-        times = array("d", (float(t) for t, _ in values))
-        numbers = array("d", (float(v) for _, v in values))
-    if not math.isfinite(sum(times)):
-        raise ValueError("a point's time is not a finite number")
-    return times, numbers
 
 
 def _increases(before: dict[str, dict[Any, float]], series: dict[Any, PodSeries], b: _Batch) -> None:
@@ -1054,7 +861,7 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def _pods(found: _Vector) -> list[_Pod]:
+def _pods(found: Vector) -> list[_Pod]:
     """The pods of the discovery query, each named by its first present name label."""
     counts: dict[tuple[ModelKey, str, str, str], int] = {}
     for labels, _ in found:

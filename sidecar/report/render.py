@@ -37,9 +37,7 @@ import html
 import importlib
 import json
 import math
-import os
 import re
-import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -47,12 +45,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from ..atomic_write import replace_together
 from ..forecast import recommendation
 from .data import Page, Period
+from .formats import EXTRA_HINT, FORMATS
+from .growth import AT_CAPACITY, GROWING, growth_text
 from .results import Advice, ModelReport, PodReport, Report
 
-FORMATS = ("md", "html", "json")
-EXTRA_HINT = "pip install 'kv-cache-sidecar[report]'"
 NONE = "—"  # shown for a figure that is not known
 
 #: What each plot of :mod:`sidecar.report.plots` shows (its alt text and caption).
@@ -166,19 +165,12 @@ def model_slugs(report: Report) -> list[str]:
 
 
 def _commit(out_dir: Path, files: Sequence[tuple[Path, bytes | list[str]]]) -> None:
-    """Stage every file under a temporary name, then rename them all into place, in order."""
-    staged: list[tuple[str, Path]] = []
+    """Stage every file under a temporary name, then rename them all into place, in order
+    (:func:`sidecar.atomic_write.replace_together`); a failure to write is a :class:`ReportWriteError`."""
     try:
-        for path, data in files:
-            staged.append((_stage(path, data), path))
-        for tmp, path in staged:
-            os.replace(tmp, path)
-    except BaseException as e:
-        for tmp, _ in staged:
-            Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise ReportWriteError(_write_message(out_dir, e)) from None
-        raise
+        replace_together(files)
+    except OSError as e:
+        raise ReportWriteError(_write_message(out_dir, e)) from None
 
 
 def _make_dirs(out_dir: Path, images_dir: Path | None) -> list[Path]:
@@ -195,26 +187,6 @@ def _make_dirs(out_dir: Path, images_dir: Path | None) -> list[Path]:
             _remove_if_empty(folder)
         raise ReportWriteError(_write_message(out_dir, e)) from None
     return created
-
-
-def _stage(path: Path, data: bytes | list[str]) -> str:
-    """``data`` (bytes, or ASCII pieces) in a complete temporary file next to ``path`` (the bytes twin of
-    ``write_atomically``)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if isinstance(data, bytes):
-                f.write(data)
-            else:
-                for piece in data:
-                    f.write(piece.encode("ascii"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return tmp
 
 
 def _remove_if_empty(folder: Path) -> None:
@@ -395,7 +367,7 @@ def _fleet_table(report: Report, slugs: list[str]) -> Table:
             pct(m.capacity.peak_demand_ratio),
             count(m.pressure.preemptions),
             _pages_by_severity(m.pages) if report.pages_known else "—",
-            _growth_text(m),
+            _growth_short(m),
             _replicas(m.advice),
             action(m.advice.action),
         ]
@@ -419,13 +391,22 @@ def _replicas(a: Advice) -> str:
 
 
 def _growth_text(m: ModelReport) -> str:
-    """The verdict, in words: "already full" never beside a number of weeks."""
+    """The growth in one phrase (:func:`~sidecar.report.growth.growth_text`): "already full" never beside weeks."""
+    return growth_text(m.growth)
+
+
+def _growth_short(m: ModelReport) -> str:
+    """The fleet table's form: the verdict and the weeks until full with their interval, no growth rate."""
     g = m.growth
-    if g.verdict == "at capacity":
+    if g.verdict == AT_CAPACITY:
         return "already full"
-    if g.verdict == "growing" and _known(g.weeks_until_full):
-        return f"growing, full in {weeks(g.weeks_until_full)}"
-    return g.verdict
+    if not _known(g.weeks_until_full):
+        return g.verdict
+    if g.verdict != GROWING:  # two points: no interval
+        return f"full in {weeks(g.weeks_until_full)} (two weeks only)"
+    fast = f"{g.weeks_until_full_low:.1f}" if g.weeks_until_full_low is not None else "?"
+    slow = f"{g.weeks_until_full_high:.1f}" if g.weeks_until_full_high is not None else f"{g.horizon_weeks:.0f}+"
+    return f"full in {weeks(g.weeks_until_full)} ({fast} to {slow})"
 
 
 def _model_blocks(report: Report, m: ModelReport, slug: str) -> Iterator[Any]:

@@ -2,8 +2,9 @@
 
 What: :func:`run_reporter` runs ``job`` (one report, :func:`sidecar.report.cli.produce`) at every
 time of a five-field crontab line in an IANA time zone (default Mondays 06:00 UTC), until ``stop`` is
-set (the CLI sets it on SIGTERM/SIGINT), and posts each report's summary with
-:func:`sidecar.report.deliver.post_summary` when a webhook URL file is given.
+set (the CLI sets it on SIGTERM/SIGINT), then ``publish`` with the written report: the CLI gives
+:func:`sidecar.report.cli.publish`, the delivery ``kv-sidecar report`` uses (the webhook with its
+pending file, so a failed week is sent at the next run, ``--webhook-format`` and ``--keep-weeks``).
 
 Why a scheduler of its own: installations without Kubernetes (a VM, a laptop) have no ``CronJob``;
 the daemon already runs APScheduler 3.x, so the reporter uses the same library rather than cron.
@@ -19,8 +20,8 @@ Stopping: SIGTERM/SIGINT end a report still reading its source within a fraction
 already writing its files finishes them.
 
 Failures: a report that fails is logged on one line and the scheduler keeps going (the next
-Monday still runs); a delivery that fails after its retries is logged, and the files of that
-report, already written, stay as they are.
+Monday still runs); a delivery that fails after its retries is logged, the files of that report,
+already written, stay as they are, and its week waits in the pending file for the next run.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -39,7 +40,6 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 
 from .. import outbound
-from .deliver import DeliveryError, post_summary
 
 log = logging.getLogger("kv_sidecar.report")
 
@@ -57,6 +57,10 @@ class Outcome(Protocol):
 
     @property
     def paths(self) -> Sequence[Path]: ...
+
+
+#: The run's outcome type, the same for ``job`` and ``publish``.
+OutcomeT = TypeVar("OutcomeT", bound=Outcome)
 
 
 def time_zone(name: str) -> ZoneInfo:
@@ -97,13 +101,8 @@ def next_run_times(schedule: str, timezone: str, now: datetime, n: int) -> list[
     return out
 
 
-def run_once(
-    job: Callable[[], Outcome],
-    webhook_url_file: Path | None = None,
-    *,
-    post: Callable[[Path, str], None] = post_summary,
-) -> bool:
-    """One scheduled run: the report, then its summary to the webhook. True when both went well.
+def run_once(job: Callable[[], OutcomeT], publish: Callable[[OutcomeT], None] | None = None) -> bool:
+    """One scheduled run: the report, then ``publish`` with it (its delivery). True when both went well.
 
     Never raises (a scheduler job that raises is logged by APScheduler with a traceback and teaches
     nothing more): every failure is one log line.
@@ -114,12 +113,12 @@ def run_once(
         log.error("report failed: %s", _one_line(e))
         return False
     log.info("report written files=%s", ",".join(str(p) for p in outcome.paths))
-    if webhook_url_file is None:
+    if publish is None:
         return True
     try:
-        post(webhook_url_file, outcome.summary_text)
-    except DeliveryError as e:
-        log.error("report summary not delivered: %s; the report files are kept", e)
+        publish(outcome)
+    except (Exception, SystemExit) as e:
+        log.error("report not delivered: %s", _one_line(e))
         return False
     return True
 
@@ -133,14 +132,13 @@ def run_reporter(
     schedule: str = DEFAULT_SCHEDULE,
     timezone: str = "UTC",
     *,
-    job: Callable[[], Outcome],
-    webhook_url_file: Path | None = None,
+    job: Callable[[], OutcomeT],
+    publish: Callable[[OutcomeT], None] | None = None,
     stop: threading.Event | None = None,
     run_now: bool = False,
     trigger: BaseTrigger | None = None,
-    post: Callable[[Path, str], None] = post_summary,
 ) -> None:
-    """Run ``job`` on the schedule until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is None).
+    """Run ``job`` then ``publish`` on the schedule until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is None).
 
     ``schedule`` and ``timezone`` are checked before anything starts (ValueError naming
     ``--schedule``/``--timezone``). ``run_now`` also runs one report at start-up. ``trigger``
@@ -152,15 +150,14 @@ def run_reporter(
     scheduler.add_job(
         run_once,
         chosen,
-        args=(job, webhook_url_file),
-        kwargs={"post": post},
+        args=(job, publish),
         id=JOB_ID,
         coalesce=True,
         max_instances=1,
         misfire_grace_time=MISFIRE_GRACE_S,
     )
     if run_now:
-        scheduler.add_job(run_once, args=(job, webhook_url_file), kwargs={"post": post}, id=JOB_ID + ":now")
+        scheduler.add_job(run_once, args=(job, publish), id=JOB_ID + ":now")
     scheduler.start()
     first = scheduler.get_job(JOB_ID)
     log.info("reporter started schedule=%r timezone=%s next_run=%s", schedule, timezone, _when(first))

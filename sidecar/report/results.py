@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .data import ModelKey, Page, Period
+from .growth import GrowthTrend
 
 
 @dataclass(frozen=True)
@@ -48,18 +49,6 @@ class Pressure:
     worst_hour_preemptions: float
     hours_waiting: float  # time with requests waiting for KV
     prefix_hit_ratio: float | None  # hits / queries over the period (None: prefix caching off)
-
-
-@dataclass(frozen=True)
-class Growth:
-    """Week over week: the change of peak demand and when it meets the capacity."""
-
-    previous_peak_demand_tokens: float | None
-    change_ratio: float | None  # (peak - previous) / previous
-    #: weeks until the peak meets the usable capacity at the same absolute growth per period
-    weeks_until_full: float | None
-    #: "growing", "not growing", "at capacity", "no previous data"
-    verdict: str
 
 
 @dataclass(frozen=True)
@@ -138,7 +127,7 @@ class ModelReport:
     usage: Usage
     capacity: Capacity
     pressure: Pressure
-    growth: Growth
+    growth: GrowthTrend  # the weekly peaks' fitted trend (sidecar.report.growth)
     advice: Advice
     pages: list[Page]
     pods: list[PodReport]

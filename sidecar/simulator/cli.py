@@ -1,4 +1,4 @@
-"""``kv-sidecar simulate``: serve the simulator on vLLM's port with vLLM's /metrics."""
+"""``kv-sidecar simulate``: serve the simulator on vLLM's port with vLLM's /metrics (``--engine``: another engine's)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,14 @@ import threading
 
 from ..generations import GENERATIONS, Generation
 from .config import SimConfig
+from .engines import DEFAULT_ENGINE, ENGINE_KINDS
 from .scenarios import SCENARIOS
 from .server import SimServer
 from .simulation import Simulator, SimulatorConfigError, pool_for_peak
 from .trace import TraceError, TracePlay, load_trace
+
+#: How the start-up line names each engine.
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "tgi": "TGI", "llamacpp": "llama.cpp"}
 
 #: CLI flag -> SimConfig field, for the flags that override the scenario's server.
 CONFIG_FLAGS = {
@@ -52,10 +56,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same run)")
     p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall-clock second")
     p.add_argument(
+        "--engine",
+        default=DEFAULT_ENGINE,
+        choices=ENGINE_KINDS,
+        help="which inference engine's metrics to serve (its names, labels and metrics path; "
+        "the same simulated KV cache behind each)",
+    )
+    p.add_argument(
         "--metrics-generation",
         default=Generation.V1_CAPACITY_LABELS.value,
         choices=GENERATIONS,
-        help="which vLLM release's metric names to serve",
+        help="which vLLM release's metric names to serve (--engine vllm)",
     )
     t = p.add_argument_group("trace (arrivals and lengths from a real trace; see docs/simulator.md)")
     t.add_argument(
@@ -68,6 +79,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     t.add_argument("--trace-speed", type=float, default=1.0, help="trace seconds per simulated second")
     t.add_argument("--trace-offset", type=float, default=0.0, help="start this many trace seconds in")
     t.add_argument("--trace-loop", action="store_true", help="start the trace again when it ends")
+    t.add_argument(
+        "--trace-without-hash-ids",
+        action="store_true",
+        help="ignore the trace's hash_ids (Mooncake): no prompt shares a prefix with another",
+    )
     t.add_argument(
         "--trace-peak-usage",
         type=float,
@@ -130,7 +146,10 @@ def build_simulator(args: argparse.Namespace) -> Simulator:
 def _trace_simulator(args: argparse.Namespace, config: SimConfig, restart_at: float | None) -> Simulator:
     """The scenario's server (and restart) replaying ``--trace``; the pool sized by ``--trace-peak-usage``."""
     try:
-        play = TracePlay(load_trace(args.trace), args.trace_speed, args.trace_offset, args.trace_loop)
+        trace = load_trace(args.trace)
+        if getattr(args, "trace_without_hash_ids", False):
+            trace = trace.without_hash_ids()
+        play = TracePlay(trace, args.trace_speed, args.trace_offset, args.trace_loop)
     except TraceError as e:
         raise SimulatorConfigError([f"--trace: {e}"]) from None
     problems = play.problems()
@@ -156,7 +175,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"kv-sidecar simulate: {problem}", file=sys.stderr)
         return 2
     try:
-        server = SimServer(sim, args.host, args.port, args.speed, Generation(args.metrics_generation))
+        server = SimServer(
+            sim, args.host, args.port, args.speed, Generation(args.metrics_generation), engine=args.engine
+        )
     except OSError as e:
         print(
             f"kv-sidecar simulate: --host/--port: cannot listen on {args.host}:{args.port}: "
@@ -168,10 +189,12 @@ def run(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     server.start()
     c = sim.config
+    names = f"metrics generation {args.metrics_generation}" if args.engine == "vllm" else f"{args.engine} metrics"
+    scenario = sim.scenario.name if args.trace else args.scenario
     print(
-        f"simulated vLLM ({sim.scenario.name if args.trace else args.scenario}, seed {args.seed}, speed {args.speed}x, "
-        f"{c.engines} engine(s) x {c.num_blocks} blocks of {c.block_size} tokens, metrics "
-        f"generation {args.metrics_generation}) serving {server.url}/metrics",
+        f"simulated {ENGINE_NAMES.get(args.engine, args.engine)} ({scenario}, "
+        f"seed {args.seed}, speed {args.speed}x, {c.engines} engine(s) x {c.num_blocks} blocks of {c.block_size} "
+        f"tokens, {names}) serving {server.metrics_url}",
         flush=True,
     )
     try:

@@ -10,12 +10,16 @@ What it reproduces, and from where (vLLM V1, ``vllm/v1/core/``):
   request appends its blocks in reverse order so its tail is evicted first;
   blocks holding a cached prefix but referenced by no request *count as free*
   (``get_usage() = 1 - free / (num_gpu_blocks - 1)``).
-- **Prefix cache** (``kv_cache_manager.py`` ``get_computed_blocks``): hits come
-  in whole blocks only, only between requests sharing a prefix (here: the same
-  prefix group), and at most ``num_tokens - 1`` tokens so one token is always
-  computed. Queries and hits are counted in tokens, once per request: a
-  preempted request's recomputation is not counted (vLLM records it as a
-  "preempted" query, not in ``prefix_cache_queries``).
+- **Prefix cache** (``kv_cache_manager.py`` ``get_computed_blocks``): each full
+  block of a prompt has a key that stands for its tokens and every token before
+  them (vLLM chains ``hash_block_tokens(parent_block_hash, block tokens)`` in
+  ``kv_cache_utils.py``); a request hits the longest run of leading blocks
+  whose keys are cached, in whole blocks only, and at most ``num_tokens - 1``
+  tokens so one token is always computed. The keys come from the request
+  (:meth:`RequestSpec.block_keys`): a scenario's prefix group, or a replayed
+  trace's block hashes. Queries and hits are counted in tokens, once per
+  request: a preempted request's recomputation is not counted (vLLM records it
+  as a "preempted" query, not in ``prefix_cache_queries``).
 - **Scheduler** (``sched/scheduler.py``): running requests first, in order,
   each needing blocks for ``num_computed + num_new`` tokens; when none is free
   the *newest* running request is preempted (recompute: its blocks are freed,
@@ -164,6 +168,12 @@ class Histogram:
 # ---------------------------------------------------------------------------------
 # Block pool
 
+#: The identity of a cacheable block, what vLLM's chained block hash stands for: ``(prefix group,
+#: block index)`` for a scenario's shared prefix, ``(lap, trace hash id, block index)`` for a block of
+#: a replayed trace's prompt (:meth:`RequestSpec.block_keys`). Equal keys = equal tokens up to the
+#: block's end.
+BlockKey = tuple[int, ...]
+
 
 class _Entry:
     """A run of consecutive free-queue blocks.
@@ -171,8 +181,8 @@ class _Entry:
     kind ``plain``: blocks nobody can hit (never-full blocks, finished requests'
     unique content, the initial pool). kind ``run``: a preempted request's own
     blocks; the first ``cacheable`` of them (its full blocks, in order) can still
-    be hit by that request's recomputation. kind ``shared``: one block of a shared
-    prefix, ``key = (group, index)``. Allocation consumes runs from the left; a
+    be hit by that request's recomputation. kind ``shared``: one block another
+    request can hit, ``key`` its :data:`BlockKey`. Allocation consumes runs from the left; a
     run's left end is its tail (vLLM frees in reverse order), so eviction shrinks
     ``cacheable`` from the end and a later hit takes what is left as a prefix.
     """
@@ -180,7 +190,7 @@ class _Entry:
     __slots__ = ("kind", "key", "n", "cacheable")
 
     def __init__(self, kind: str, key: Any, n: int, cacheable: int) -> None:
-        #: plain: None; run: the request id; shared: (prefix group, block index)
+        #: plain: None; run: the request id; shared: its BlockKey
         self.kind, self.key, self.n, self.cacheable = kind, key, n, cacheable
 
 
@@ -192,9 +202,11 @@ class BlockPool:
         self.usable = num_blocks - 1  # block 0 is the null block
         self.free = self.usable
         self.queue: deque[_Entry] = deque([_Entry("plain", None, self.usable, 0)])
-        self.shared_ref: dict[tuple[int, int], int] = {}
-        self.shared_free: dict[tuple[int, int], _Entry] = {}
+        self.shared_ref: dict[BlockKey, int] = {}
+        self.shared_free: dict[BlockKey, _Entry] = {}
         self.runs: dict[int, _Entry] = {}
+        #: Entries emptied by hits (``n == 0``) since :meth:`_emptied` last dropped them, an upper bound.
+        self.emptied = 0
 
     @property
     def used(self) -> int:
@@ -260,6 +272,7 @@ class BlockPool:
         e.cacheable = 0
         e.kind = "plain"
         self.free -= h
+        self._emptied(e)
         return h
 
     def drop_run(self, rid: int) -> None:
@@ -267,13 +280,13 @@ class BlockPool:
         if e is not None:
             e.kind, e.cacheable = "plain", 0
 
-    def is_cached(self, key: tuple[int, int]) -> bool:
+    def is_cached(self, key: BlockKey) -> bool:
         return key in self.shared_ref or key in self.shared_free
 
-    def is_evictable(self, key: tuple[int, int]) -> bool:
+    def is_evictable(self, key: BlockKey) -> bool:
         return key in self.shared_free
 
-    def touch_shared(self, key: tuple[int, int]) -> None:
+    def touch_shared(self, key: BlockKey) -> None:
         """A request starts referencing a cached shared block (taking it off the free queue)."""
         ref = self.shared_ref.get(key)
         if ref is not None:
@@ -283,15 +296,29 @@ class BlockPool:
         e.n = 0
         self.free -= 1
         self.shared_ref[key] = 1
+        self._emptied(e)
 
-    def register_shared(self, key: tuple[int, int]) -> bool:
+    def _emptied(self, e: _Entry) -> None:
+        """Drop the free queue's empty entries once they are half of it (they hold no block).
+
+        A block hit again and again (a system prompt) leaves one empty entry per hit; with a pool
+        that never fills, allocation never reaches them. Dropping them changes no allocation order.
+        """
+        if e.n:
+            return
+        self.emptied += 1
+        if self.emptied > 1024 and 2 * self.emptied > len(self.queue):
+            self.queue = deque(x for x in self.queue if x.n)
+            self.emptied = 0
+
+    def register_shared(self, key: BlockKey) -> bool:
         """A request filled block ``key`` of a shared prefix: cache it unless cached already."""
         if self.is_cached(key):
             return False
         self.shared_ref[key] = 1
         return True
 
-    def release_shared(self, keys: list[tuple[int, int]]) -> None:
+    def release_shared(self, keys: list[BlockKey]) -> None:
         """Drop one reference to each key, in the order given (pass them reversed)."""
         for key in keys:
             ref = self.shared_ref[key] - 1
@@ -301,7 +328,8 @@ class BlockPool:
                 del self.shared_ref[key]
                 e = _Entry("shared", key, 1, 1)
                 self.shared_free[key] = e
-                self._append(e)
+                self.queue.append(e)
+                self.free += 1
 
 
 # ---------------------------------------------------------------------------------
@@ -326,6 +354,40 @@ class RequestSpec:
     #: Seconds the request is held (``deferred``) before the scheduler may admit it.
     defer_seconds: float = 0.0
     client: int = -1
+    #: A replayed trace's hash ids of the prompt's leading blocks of ``hash_block_tokens`` tokens
+    #: (Mooncake: 512), chained like vLLM's block hashes: equal ids = equal tokens up to the block's end.
+    #: Only the blocks another request of the trace also holds (the others can never be hit).
+    block_hashes: tuple[int, ...] = ()
+    hash_block_tokens: int = 0
+    #: The pass of a looped trace: each lap's prompts are new content (its keys differ).
+    hash_lap: int = 0
+
+    def shared_blocks(self, block_size: int) -> int:
+        """How many leading blocks of ``block_size`` tokens of the prompt other requests may share.
+
+        Only full blocks are cached (vLLM hashes full blocks only). With trace hashes: the blocks
+        inside the hashed part of the prompt, ``min(len(block_hashes) x hash_block_tokens,
+        prompt_tokens) // block_size``.
+        """
+        if self.block_hashes:
+            hashed = min(len(self.block_hashes) * self.hash_block_tokens, self.prompt_tokens)
+            return hashed // block_size
+        return self.prefix_tokens // block_size if self.prefix_group >= 0 else 0
+
+    def block_keys(self, block_size: int) -> list[BlockKey]:
+        """The keys of the prompt's first ``shared_blocks(block_size)`` blocks, in order.
+
+        A trace block of 512 tokens holds 512 / 16 = 32 engine blocks; engine block ``i`` (tokens
+        ``i x bs`` to ``(i + 1) x bs − 1``) is keyed by the hash id of the trace block holding its
+        last token, which stands for every token up to that trace block's end, hence for all of the
+        engine block's own and preceding tokens, and by ``i``, which tells the 32 apart. Any block
+        size works, one that does not divide 512 too.
+        """
+        n = self.shared_blocks(block_size)
+        if self.block_hashes:
+            hashes, per, lap = self.block_hashes, self.hash_block_tokens, self.hash_lap
+            return [(lap, hashes[((i + 1) * block_size - 1) // per], i) for i in range(n)]
+        return [(self.prefix_group, i) for i in range(n)]
 
 
 class Request:
@@ -354,6 +416,7 @@ class Request:
         "last_token",
         "defer_until",
         "share_ok",
+        "keys",
     )
 
     def __init__(self, rid: int, spec: RequestSpec, max_model_len: int) -> None:
@@ -365,7 +428,7 @@ class Request:
         self.out = 0
         self.computed = 0
         self.priv = 0
-        self.shared_keys: list[tuple[int, int]] = []
+        self.shared_keys: list[BlockKey] = []
         self.run_base = 0
         self.state = WAITING
         self.seq = 0
@@ -380,6 +443,14 @@ class Request:
         self.last_token = -1.0
         self.defer_until = spec.arrival + spec.defer_seconds
         self.share_ok = True
+        #: ``spec.block_keys(block_size)``, made at the first prefix lookup, dropped at the finish.
+        self.keys: list[BlockKey] | None = None
+
+    def block_keys(self, block_size: int) -> list[BlockKey]:
+        """The keys of the blocks of the prompt other requests may share (made once)."""
+        if self.keys is None:
+            self.keys = self.spec.block_keys(block_size)
+        return self.keys
 
     @property
     def held(self) -> int:
@@ -576,42 +647,42 @@ class Engine:
 
     def _cache_prefix_blocks(self, r: Request, before: int, after: int) -> None:
         """Blocks of the shared prefix that ``r`` just filled become cached (shared)."""
-        spec = r.spec
-        if not self.config.enable_prefix_caching or spec.prefix_group < 0 or not r.share_ok:
+        if not self.config.enable_prefix_caching or not r.share_ok:
             return
-        limit = spec.prefix_tokens // self.bs
+        shareable = r.block_keys(self.bs)
         first = max(before // self.bs, len(r.shared_keys))
-        last = min(after // self.bs, limit)
+        last = min(after // self.bs, len(shareable))
         for i in range(first, last):
             if i != len(r.shared_keys):
                 r.share_ok = False
                 return
-            key = (spec.prefix_group, i)
+            key = shareable[i]
             if not self.pool.register_shared(key):
                 r.share_ok = False  # someone cached it meanwhile: ours stays a private copy
                 return
             r.priv -= 1
             r.shared_keys.append(key)
 
-    def _prefix_lookup(self, r: Request) -> tuple[list[tuple[int, int]], int, int]:
+    def _prefix_lookup(self, r: Request) -> tuple[list[BlockKey], int, int]:
         """Cached blocks a waiting request would hit: (shared keys, own blocks, evictable)."""
         if not self.config.enable_prefix_caching:
             return [], 0, 0
         cap = (r.prompt + r.out - 1) // self.bs  # at most num_tokens - 1 tokens (whole blocks)
-        keys: list[tuple[int, int]] = []
-        spec = r.spec
-        if spec.prefix_group >= 0:
-            for i in range(min(spec.prefix_tokens // self.bs, cap)):
-                key = (spec.prefix_group, i)
-                if not self.pool.is_cached(key):
-                    break
-                keys.append(key)
+        keys: list[BlockKey] = []
+        referenced, evictable_keys = self.pool.shared_ref, self.pool.shared_free  # BlockPool.is_cached, inlined
+        evictable = 0
+        for key in r.block_keys(self.bs)[:cap]:
+            if key in evictable_keys:
+                evictable += 1
+            elif key not in referenced:
+                break  # the longest run of leading cached blocks (vLLM find_longest_cache_hit)
+            keys.append(key)
         own = 0
         if r.preemptions and len(keys) == r.run_base:
             e = self.pool.runs.get(r.rid)
             if e is not None:
                 own = min(e.cacheable, cap - len(keys))
-        evictable = sum(1 for k in keys if self.pool.is_evictable(k)) + own
+        evictable += own
         return keys, own, evictable
 
     def _complete_prefill(self, r: Request, s: int, end: float) -> bool:
@@ -638,6 +709,7 @@ class Engine:
         r.state = FINISHED
         r.epoch += 1
         self._release(r)
+        r.keys = None
         if r.target >= r.spec.max_tokens or r.prompt + r.target >= self.config.max_model_len:
             self.c.success_length += 1
         else:

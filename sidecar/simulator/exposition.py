@@ -89,6 +89,12 @@ def _num(v: float) -> str:
     return _go_float(float(v))
 
 
+#: The two formatters every engine's renderer shares (``sidecar/simulator/engines/``): labels sorted by
+#: name, as prometheus_client writes them, and numbers in its (Go's) format.
+format_labels = _labels
+format_number = _num
+
+
 class _Writer:
     def __init__(self, sim: Server, gen: Generation) -> None:
         self.sim = sim
@@ -160,6 +166,10 @@ def _rebucket(h: Histogram, bounds: list[float]) -> Histogram:
             out.counts[bisect.bisect_left(bounds, ub)] += c
     out.count, out.sum = h.count, h.sum
     return out
+
+
+#: :func:`_rebucket` for the other engines' renderers (TGI's linear token-length buckets).
+rebucket = _rebucket
 
 
 # -- cache_config_info label sets --------------------------------------------------------

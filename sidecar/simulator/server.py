@@ -1,4 +1,4 @@
-"""HTTP edge of the simulator: ``/metrics`` and ``/health`` like a vLLM server.
+"""HTTP edge of the simulator: the engine's metrics path and ``/health``, like a vLLM (or SGLang, ...) server.
 
 Simulated time follows the wall clock times ``speed``. The simulator is advanced
 lazily, when a request arrives, to ``(monotonic() - start) x speed``; between
@@ -17,14 +17,18 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ..generations import Generation
-from .exposition import CONTENT_TYPE
+from .engines import DEFAULT_ENGINE, exposition_of
 from .simulation import Simulator
 
 SIMULATED_TIME_HEADER = "X-Simulated-Time"
 
 
 class SimServer:
-    """Serve one ``Simulator``; ``start()`` runs it on a daemon thread, ``stop()`` ends it."""
+    """Serve one ``Simulator``; ``start()`` runs it on a daemon thread, ``stop()`` ends it.
+
+    ``engine`` picks the exposition (``sidecar.simulator.engines``): its text, its metrics path and
+    its Content-Type; ``generation`` is the vLLM metric generation (other engines have one each).
+    """
 
     def __init__(
         self,
@@ -34,10 +38,12 @@ class SimServer:
         speed: float = 1.0,
         generation: Generation = Generation.V1_CAPACITY_LABELS,
         clock: Callable[[], float] = time.monotonic,
+        engine: str = DEFAULT_ENGINE,
     ) -> None:
         self.sim = sim
         self.speed = speed
         self.generation = generation
+        self.exposition = exposition_of(engine)
         self._clock = clock
         self._t0 = clock()
         self._lock = threading.Lock()
@@ -51,6 +57,11 @@ class SimServer:
         host, port = self.httpd.server_address[:2]
         return f"http://{host!s}:{port}"
 
+    @property
+    def metrics_url(self) -> str:
+        """Where the simulated engine serves its metrics (``/prometheus/metrics`` for TensorRT-LLM)."""
+        return self.url + self.exposition.path
+
     def sync(self) -> tuple[float, bool, str | None]:
         """Advance to the current simulated time; return (sim time, up, /metrics body)."""
         with self._lock:
@@ -58,7 +69,7 @@ class SimServer:
             if target > self.sim.now:
                 self.sim.advance_to(target)
             up = self.sim.up
-            body = self.sim.render(self.generation) if up else None
+            body = self.exposition.render(self.sim, self.generation) if up else None
             return self.sim.now, up, body
 
     def start(self) -> SimServer:
@@ -94,13 +105,14 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         now, up, body = self.owner.sync()
-        if path not in ("/metrics", "/health"):
+        metrics = self.owner.exposition
+        if path not in (metrics.path, "/health"):
             self._send(404, b"Not Found\n", "text/plain; charset=utf-8", now)
         elif not up:
             self._send(503, b"engine restarting (simulated)\n", "text/plain; charset=utf-8", now)
         elif path == "/health":
             self._send(200, b"", "text/plain; charset=utf-8", now)
         else:
-            self._send(200, (body or "").encode(), CONTENT_TYPE, now)
+            self._send(200, (body or "").encode(), metrics.content_type, now)
 
     do_HEAD = do_GET

@@ -17,19 +17,14 @@ import pytest
 import yaml
 from alerttools import ALERTS, REPO, RUNBOOKS, run_tool
 
+from sidecar.alert_params import FAST_VARIANT, RuleParams
 from sidecar.artifacts import cli as rules_cli
 from sidecar.artifacts import rules
-from sidecar.artifacts.params import (
-    DASHBOARD_UIDS,
-    DASHBOARD_VARIABLES,
-    FAST_VARIANT,
-    VAR_DATASOURCE,
-    RuleParams,
-    Thresholds,
-)
+from sidecar.artifacts.params import DASHBOARD_UIDS, DASHBOARD_VARIABLES, VAR_DATASOURCE
 from sidecar.artifacts.rules import ALERT_NAMES, build_rule_groups, render
 from sidecar.config import ConfigError, build_config, load_config
 from sidecar.metrics import CATALOGUE
+from sidecar.thresholds import Thresholds
 from sidecar.units import prometheus_duration_seconds
 
 RULE_FILES = sorted(ALERTS.glob("*.rules.yaml"))

@@ -30,6 +30,7 @@ pytest.importorskip("grafana_foundation_sdk", reason="the dashboards extra: pip 
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
+from sidecar.alert_params import RuleParams
 from sidecar.artifacts.dashboards import (
     ANNOTATION_FALLBACK_KEYS,
     ROW_TITLES,
@@ -47,11 +48,10 @@ from sidecar.artifacts.params import (
     VAR_MODEL_NAME,
     VAR_NAMESPACE,
     VAR_POD,
-    RuleParams,
-    Thresholds,
 )
 from sidecar.artifacts.rules import ALERT_NAMES, build_rule_groups
 from sidecar.metrics import CATALOGUE
+from sidecar.thresholds import Thresholds
 
 DASHBOARDS = {
     uid: json.loads((REPO / "dashboards" / f"{uid}.json").read_text(encoding="utf-8")) for uid in DASHBOARD_UIDS
@@ -87,6 +87,8 @@ VLLM_SERIES = {
     "vllm:num_requests_waiting",
     "vllm:num_preemptions_total",
     "vllm:request_success_total",
+    # ... and its 503s at admission: vLLM 0.32+ only (the simulator's v1-capacity-labels generation)
+    "vllm:admission_rejections_total",
 }
 #: Series of Prometheus itself and of every scraped target.
 PROMETHEUS_SERIES = {"ALERTS", "up", "process_start_time_seconds"}

@@ -448,6 +448,8 @@ def test_usage_errors(stub, push, args, expected):
         f"{TOKEN}\u200b",  # a zero-width space pasted along (a leading byte-order mark is dropped)
         f"{TOKEN}\u00e9",  # non-ASCII
     ],
+    # ids without the random token: every collection (each pytest-xdist worker's) names them alike
+    ids=["two-lines", "comment", "bearer-scheme", "nul", "terminal-escape", "zero-width-space", "non-ascii"],
 )
 def test_a_token_that_is_not_one_printable_word_is_refused(stub, push, tmp_path, content):
     token_file = tmp_path / "token"

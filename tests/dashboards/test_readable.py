@@ -121,7 +121,18 @@ def test_every_action_and_reason_reads_as_text() -> None:
     for uid, panel in tables:
         actions, reasons = _mapped_texts(panel, "Action"), _mapped_texts(panel, "Reason")
         assert set(actions) == set(ACTIONS) and set(reasons) == set(REASONS), (uid, panel["title"])
-        assert not any("_" in text.replace("--", "") for text in (*actions.values(), *reasons.values()))
+        for text in (*actions.values(), *reasons.values()):
+            assert " " in text and not RAW_ENUM.search(text), (uid, panel["title"], text)
+
+
+#: A raw action or reason value (``shortfall_at_upper_bound``) inside a text. A setting's own name may be
+#: quoted (TensorRT-LLM's ``free_gpu_memory_fraction``): it is what the user edits, not an enum value.
+RAW_ENUM = re.compile(r"\b(?:" + "|".join(re.escape(v) for v in sorted({*ACTIONS, *REASONS}) if "_" in v) + r")\b")
+
+
+def test_the_raw_enum_check_refuses_a_raw_value() -> None:
+    raw = next(v for v in sorted(REASONS) if "_" in v)
+    assert RAW_ENUM.search(f"see {raw}") and not RAW_ENUM.search("raise free_gpu_memory_fraction (TensorRT-LLM)")
 
 
 def test_the_paging_count_counts_what_paged() -> None:

@@ -1,4 +1,4 @@
-"""The PNG renderer ``sidecar.artifacts.snapshot`` (``kv-sidecar dashboards snapshot``) on its own.
+"""The PNG renderer, the package ``sidecar.artifacts.snapshot`` (``kv-sidecar dashboards snapshot``), on its own.
 
 No Grafana can run here, so the renderer draws each dashboard's panels with matplotlib from the same
 queries Grafana would send. The committed dashboards are drawn, and their pictures checked, on the
@@ -25,18 +25,15 @@ import pytest
 from processes import free_port
 from stack import CURRENT, PODS, Stack, running_stack, wait_for_signals
 
-from sidecar.artifacts.snapshot import (
-    COLUMN_PX,
-    FOOTER_PX,
-    HEADER_PX,
-    PALETTE,
-    ROW_PX,
-    add_snapshot_arguments,
-    format_value,
-    mapped_text,
-    render_dashboard,
-    snapshot_command,
-)
+from sidecar.artifacts.snapshot import add_snapshot_arguments, render_dashboard, snapshot_command
+from sidecar.artifacts.snapshot.canvas import Canvas
+from sidecar.artifacts.snapshot.colors import PALETTE
+from sidecar.artifacts.snapshot.data import PanelData, Series, TimeRange
+from sidecar.artifacts.snapshot.fields import mapped_text
+from sidecar.artifacts.snapshot.layout import COLUMN_PX, FOOTER_PX, HEADER_PX, ROW_PX, Box
+from sidecar.artifacts.snapshot.table import table_rows
+from sidecar.artifacts.snapshot.timeseries import draw_timeseries
+from sidecar.artifacts.snapshot.units import format_value
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = REPO / "dashboards"
@@ -257,7 +254,6 @@ def test_time_until_full_reads_in_three_states_on_a_log_axis(tmp_path):
     red band; on the linear 0-6 h axis it had, the 15-minute band was 4% of the height."""
     from sidecar.artifacts.dashboards import TIME_UNTIL_GRAPH_CAP_S, TIME_UNTIL_GRAPH_FLOOR_S, build_dashboards
     from sidecar.artifacts.params import DASHBOARD_OVERVIEW_UID
-    from sidecar.artifacts.snapshot import Box, Canvas, PanelData, Series, TimeRange, draw_timeseries
 
     panels = build_dashboards()[DASHBOARD_OVERVIEW_UID]["panels"]
     (panel,) = [
@@ -292,7 +288,6 @@ def test_ttft_and_itl_are_drawn_on_axes_of_their_own(tmp_path):
     override); drawn on the time to first token's axis, a 10 ms ITL under a 1.5 s TTFT is a flat line at
     the bottom (under 1% of the height). On its own axis it spans most of the height."""
     from sidecar.artifacts.params import DASHBOARD_POD_UID
-    from sidecar.artifacts.snapshot import Box, Canvas, PanelData, Series, TimeRange, draw_timeseries
 
     panel = _panel(DASHBOARD_POD_UID, "Latency p95 (vLLM)")
     times = [0.0, 60.0, 120.0]
@@ -319,7 +314,6 @@ def test_the_server_tables_utilization_reads_as_percent():
     """vLLM's gpu_memory_utilization is a label ("0.9"); the table converts it to a number so that its
     column reads in percent like every chart, and kv_cache_memory_bytes in bytes (empty when unset)."""
     from sidecar.artifacts.params import DASHBOARD_POD_UID
-    from sidecar.artifacts.snapshot import PanelData, Series, table_rows
 
     panel = _panel(DASHBOARD_POD_UID, "Server")
     labels = {
@@ -342,7 +336,6 @@ def test_the_recommendation_reads_as_text_in_the_picture():
     """The action and reason are labels; the table's value mappings turn them into the human text in the
     picture as in Grafana, not ``add_replicas`` / ``shortfall_at_upper_bound``."""
     from sidecar.artifacts.params import DASHBOARD_POD_UID
-    from sidecar.artifacts.snapshot import PanelData, Series, table_rows
     from sidecar.forecast.recommendation import ACTION_TEXT, REASON_TEXT
 
     panel = _panel(DASHBOARD_POD_UID, "Recommendation")
@@ -356,3 +349,14 @@ def test_the_recommendation_reads_as_text_in_the_picture():
     headers, rows = table_rows(panel, PanelData([Series("", labels, "A", [0.0], [1.0])]))
     row = dict(zip(headers, rows[0], strict=True))
     assert (row["Action"], row["Reason"]) == (ACTION_TEXT["add_replicas"], REASON_TEXT["shortfall_at_upper_bound"])
+
+
+def test_a_collapsed_rows_panels_are_placed_open_below_it_and_the_rest_moves_down():
+    """Grafana opens a collapsed row in place: its panels (saved at y=30) start right under the row (y=9),
+    and the text panel that sat under the closed row (y=9) moves down by their height (6) to y=15."""
+    from sidecar.artifacts.snapshot.layout import GAP_PX, layout, panel_box
+
+    placed = {p.panel["title"]: p for p in layout(PROBE)}
+    assert [(placed[t].y, placed[t].h) for t in ("closed", "recommendation", "notes")] == [(8, 1), (9, 6), (15, 3)]
+    box = panel_box(placed["notes"])
+    assert (box.left, box.top, box.width) == (GAP_PX, HEADER_PX + 15 * ROW_PX + GAP_PX, 24 * COLUMN_PX - 2 * GAP_PX)

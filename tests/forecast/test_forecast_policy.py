@@ -212,3 +212,113 @@ def test_a_peak_above_target_is_evidence_at_once():
     assert a.suggested_gpu_memory_utilization == ("configured", pytest.approx(0.90, abs=1e-12))
     b = advise(peak_demand_tokens=98_292, watched_s=0.0, pool=by_bytes(), model=None, settings=ADVICE_SETTINGS)
     assert b.suggested_kv_cache_memory_bytes == 16 * GiB
+
+
+# --- per lever: SGLang's --mem-fraction-static, TensorRT-LLM's free_gpu_memory_fraction, none ---------------
+
+
+def by_sglang(f0: float = 0.85) -> Pool:
+    """SGLang: token-granular (page_size 1), no null block, --mem-fraction-static of TOTAL memory."""
+    return Pool(
+        capacity_tokens=C0, block_size=1, gpu_memory_utilization=f0, memory_lever="mem_fraction_static", null_blocks=0
+    )
+
+
+def by_trtllm(f0: float = 0.5, blocks: int = 1000) -> Pool:
+    """TensorRT-LLM: 1000 blocks of 32 tokens, no null block, free_gpu_memory_fraction of FREE memory."""
+    return Pool(
+        capacity_tokens=blocks * 32,
+        block_size=32,
+        gpu_memory_utilization=f0,
+        memory_lever="free_gpu_memory_fraction",
+        null_blocks=0,
+    )
+
+
+def test_sglang_lever_takes_vllms_inverse_formula_by_hand() -> None:
+    """98,304 tokens at 0.85; one unit of the fraction is 80 GiB ÷ 131,072 B = 655,360 tokens.
+
+    Peak 98,304 at target 0.75 wants ⌈131,072⌉ + 1 virtual null token = 131,073 tokens in vLLM's
+    convention; the pool is 98,304 + 1 = 98,305 there, so f* = 0.85 + 32,768 ÷ 655,360 = 0.90.
+    """
+    from sidecar.forecast.policy import advice_text, capacity_after, flags_to_set
+
+    pool = by_sglang()
+    advice = advise(peak_demand_tokens=98_304, watched_s=WATCHED, pool=pool, model=model(), settings=ADVICE_SETTINGS)
+    assert advice.recommendation == Recommendation("raise_mem_fraction_static", "peak_above_target")
+    assert advice.suggested_gpu_memory_utilization == ("configured", pytest.approx(0.90))
+    assert capacity_after(advice, pool, model()) == 131_072  # the engine's own figure: + 32,768 tokens
+    assert flags_to_set(advice, pool) == ("--mem-fraction-static 0.90",)
+    assert advice_text(advice, pool) == "--mem-fraction-static 0.90 (a share of the GPU's TOTAL memory)"
+
+
+def test_sglang_lever_is_not_inferred_from_vllms_profile() -> None:
+    """Without model.gpu_memory, M would come from vLLM's non-KV terms: no SGLang suggestion then."""
+    advice = advise(
+        peak_demand_tokens=98_304,
+        watched_s=WATCHED,
+        pool=by_sglang(),
+        model=model(gpu_memory=None),
+        settings=ADVICE_SETTINGS,
+    )
+    assert advice.recommendation.action == "raise_mem_fraction_static"
+    assert advice.suggested_gpu_memory_utilization is None
+
+
+def test_trtllm_lever_by_hand() -> None:
+    """f0 0.5, B0 1000 blocks of 32; peak 26,400 at 0.75 wants ⌈35,200 ÷ 32⌉ = 1100 blocks: f* = 0.5 × 1.1 = 0.55.
+
+    Usage at the peak is 26,400 ÷ 32,000 = 0.825 (no null block), above target + 0.05: raise.
+    """
+    from sidecar.forecast.policy import advice_text, capacity_after, current_flags, flags_to_set
+
+    pool = by_trtllm()
+    advice = advise(peak_demand_tokens=26_400, watched_s=WATCHED, pool=pool, model=None, settings=ADVICE_SETTINGS)
+    assert advice.recommendation == Recommendation("raise_free_gpu_memory_fraction", "peak_above_target")
+    assert advice.suggested_gpu_memory_utilization == ("proportional", pytest.approx(0.55))
+    assert advice.capacity_shortfall_tokens is None
+    assert capacity_after(advice, pool, None) == 1100 * 32
+    assert current_flags(pool) == ("--kv_cache_free_gpu_memory_fraction 0.50",)
+    assert flags_to_set(advice, pool) == ("--kv_cache_free_gpu_memory_fraction 0.55",)
+    text = advice_text(advice, pool)
+    assert text.startswith("--kv_cache_free_gpu_memory_fraction 0.550 (") and "FREE after the weights" in text
+
+
+def test_trtllm_lever_shortfall_by_hand() -> None:
+    """Peak 60,000 wants 2500 blocks: f* = 1.25 > 1, clamped to hi 0.95, which gives ⌊1000 × 0.95 ÷ 0.5⌋ = 1900.
+
+    C_max = (1900 + 1 virtual) × 32 = 60,832; C* = (2500 + 1) × 32 = 80,032: shortfall 19,200 tokens;
+    replicas ⌈60,000 ÷ (0.75 × 60,800)⌉ = 2.
+    """
+    advice = advise(
+        peak_demand_tokens=60_000, watched_s=WATCHED, pool=by_trtllm(), model=None, settings=ADVICE_SETTINGS
+    )
+    assert advice.recommendation == Recommendation("add_replicas", "shortfall_at_upper_bound")
+    assert advice.suggested_gpu_memory_utilization == ("proportional", pytest.approx(0.95))
+    assert advice.capacity_shortfall_tokens == 19_200
+    assert advice.suggested_replicas == 2
+
+
+def test_trtllm_lever_without_its_fraction_names_the_lever_only() -> None:
+    """The page does not carry free_gpu_memory_fraction: the action still names it, no value is made up."""
+    pool = by_trtllm(f0=None)  # type: ignore[arg-type]
+    advice = advise(peak_demand_tokens=26_400, watched_s=WATCHED, pool=pool, model=None, settings=ADVICE_SETTINGS)
+    assert advice.recommendation == Recommendation("raise_free_gpu_memory_fraction", "peak_above_target")
+    assert advice.suggested_gpu_memory_utilization is None
+
+
+def test_no_lever_gives_replicas_at_todays_pool_by_hand() -> None:
+    """TGI / llama.cpp: 32,000 tokens, peak 28,000 (usage 0.875): C* = (⌈37,333.3 ÷ 32⌉ + 1) × 32 = 37,376.
+
+    Today's pool is the largest (32,000 + 1 virtual block = 32,032): shortfall 5,344 tokens, replicas
+    ⌈28,000 ÷ (0.75 × 32,000)⌉ = 2; a peak below target says nothing to lower.
+    """
+    pool = Pool(capacity_tokens=32_000, block_size=32, memory_lever=None, null_blocks=0)
+    advice = advise(peak_demand_tokens=28_000, watched_s=WATCHED, pool=pool, model=None, settings=ADVICE_SETTINGS)
+    assert advice.recommendation == Recommendation("add_replicas", "no_memory_lever")
+    assert advice.suggested_gpu_memory_utilization is None
+    assert advice.capacity_shortfall_tokens == 5_344
+    assert advice.suggested_replicas == 2
+    quiet = advise(peak_demand_tokens=8_000, watched_s=WATCHED, pool=pool, model=None, settings=ADVICE_SETTINGS)
+    assert quiet.recommendation == Recommendation("none", "no_memory_lever")
+    assert quiet.capacity_shortfall_tokens is None

@@ -59,6 +59,33 @@ SCENARIOS = {
         "lower_max_model_len",
         "max_model_len_blocks_lowering",
     ),
+    # the other engines' levers: the same rules, the action names the engine's own setting
+    "SGLang, peak at 0.9": (
+        dict(asleep=False, peak_demand_tokens=0.9 * 98_288, memory_mode="mem_fraction_static"),
+        "raise_mem_fraction_static",
+        "peak_above_target",
+    ),
+    "TensorRT-LLM, peak at 0.3": (
+        dict(asleep=False, peak_demand_tokens=0.3 * 98_288, memory_mode="free_gpu_memory_fraction"),
+        "lower_free_gpu_memory_fraction",
+        "peak_below_target",
+    ),
+    # no memory setting to size (TGI, llama.cpp): replicas above target, nothing to lower below it
+    "no lever, peak at 0.9": (
+        dict(asleep=False, peak_demand_tokens=0.9 * 98_288, memory_mode="none"),
+        "add_replicas",
+        "no_memory_lever",
+    ),
+    "no lever, peak at 0.3": (
+        dict(asleep=False, peak_demand_tokens=0.3 * 98_288, memory_mode="none"),
+        "none",
+        "no_memory_lever",
+    ),
+    "no lever, peak at target": (
+        dict(asleep=False, peak_demand_tokens=0.75 * 98_288, memory_mode="none"),
+        "none",
+        "within_target",
+    ),
 }
 
 

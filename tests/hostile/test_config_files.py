@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.files import TOKEN_MAX_BYTES, YAML_MAX_BYTES
+from sidecar.input_files import TOKEN_MAX_BYTES, YAML_MAX_BYTES
 
 #: The CLI as a user runs it, in a process of its own (the exit code and stderr are what is tested).
 CLI = (sys.executable, "-c", "import sys; from sidecar.cli import main; sys.exit(main())")

@@ -26,10 +26,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.config import load_config
-from sidecar.daemon import Sidecar
 from sidecar.engines import vllm
 from sidecar.layers import build_extenders
-from sidecar.scrape import ScrapeFailed
+from sidecar.reasons import ScrapeFailed
+from sidecar.scrape_loop import Sidecar
 
 PAGES = sorted(p for p in METRICS.rglob("*.txt") if "sglang" not in p.name)
 TEXTS = [p.read_text() for p in PAGES]

@@ -34,9 +34,9 @@ from prometheus_client.core import GaugeMetricFamily
 
 from sidecar import endpoint, webconfig
 from sidecar.config import load_config
-from sidecar.daemon import Sidecar
 from sidecar.endpoint import start_http
 from sidecar.limits import LIMITS
+from sidecar.scrape_loop import Sidecar
 from sidecar.webconfig import load_web_config, serving
 
 #: One logfmt record (sidecar/logs.py): every stderr line of the daemon must be one.

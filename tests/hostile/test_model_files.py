@@ -24,9 +24,9 @@ from fixtures import CPU_032
 
 from sidecar import capacity as cap
 from sidecar.config import load_config
-from sidecar.daemon import Sidecar
-from sidecar.files import JSON_MAX_BYTES
+from sidecar.input_files import JSON_MAX_BYTES
 from sidecar.layers import build_extenders
+from sidecar.scrape_loop import Sidecar
 
 CLI = (sys.executable, "-c", "import sys; from sidecar.cli import main; sys.exit(main())")
 TIMEOUT_S = 60

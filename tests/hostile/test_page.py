@@ -14,10 +14,11 @@ from faultserver import FaultServer, ok
 from fixtures import CPU_032
 from harness import Harness
 
-from sidecar import limits, parse, settings
+from sidecar import limits, settings
+from sidecar import page_parser as parse
 from sidecar.engines import vllm
 from sidecar.observation import DROP_REASONS
-from sidecar.scrape import REASONS
+from sidecar.reasons import REASONS
 
 FULL_A = (CPU_032 / "gqa-6mib_full-a.txt").read_text()
 FULL_B = (CPU_032 / "gqa-6mib_full-b.txt").read_text()
@@ -338,10 +339,10 @@ def test_the_state_of_a_vanished_engine_is_pruned(h, server):
     server.behaviour = ok((FULL_A + extra).encode())
     h.scrape()
     state = h.sidecar.states[0]
-    assert set(state.last_cache_config) == {"0", "1"}
+    assert {engine for _, engine in state.last_cache_config} == {"0", "1"}
     server.behaviour = ok(FULL_B.encode())
     h.scrape()
-    assert set(state.last_cache_config) == {"0"}
+    assert {engine for _, engine in state.last_cache_config} == {"0"}
     assert {key[1] for key in state.history} == {"0"}
 
 

@@ -15,8 +15,9 @@ import pytest
 import yaml
 from processes import Processes, free_port, http_status, prometheus_argv
 
-from sidecar.artifacts.params import RuleParams, Thresholds
+from sidecar.alert_params import RuleParams
 from sidecar.artifacts.rules import build_rule_groups
+from sidecar.thresholds import Thresholds
 
 
 def run(argv: list[str], cwd: Path, timeout: float = 600) -> None:

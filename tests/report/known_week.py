@@ -626,8 +626,9 @@ class _PodRun:
 
     def _start(self, at: int) -> None:
         self.server = KnownServer(self.pod.model.sim, float(at))
-        self.pipeline = Pipeline(sidecar_config(self.pod, self.interval), self.pod.model.model_name)
-        self.pipeline.sidecar.history = self.history
+        self.pipeline = Pipeline(
+            sidecar_config(self.pod, self.interval), self.pod.model.model_name, history=self.history
+        )
         self.up = True
 
     def scrape(self, t: int, restart: Restart = RESTART) -> list[tuple[str, str, dict[str, str], float]] | None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -203,3 +205,70 @@ def test_a_receiver_that_drips_its_answer_is_cut_at_the_deadline(tmp_path, monke
     finally:
         receiver.close()
     assert len(receiver.requests) == 2  # both attempts reached the receiver: none was cancelled
+
+
+# --- kv-sidecar reporter: the same delivery as report ------------------------------------------
+
+
+def _reporter(history: Path, out: Path, url_file: Path) -> subprocess.Popen[str]:
+    """``kv-sidecar reporter`` writing one report at start-up (--run-now) of a fixed period, then waiting."""
+    return subprocess.Popen(
+        [
+            *kv_sidecar(),
+            "reporter",
+            *("--history", str(history), "--from", str(T0), "--to", str(T0 + 600), "--run-now"),
+            *("--out", str(out), "--format", "json", "--webhook-url-file", str(url_file)),
+            *("--webhook-format", "json", "--keep-weeks", "2"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _until(done, proc: subprocess.Popen[str], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "the reporter's run did not finish"
+        time.sleep(0.1)
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    """SIGTERM, then the reporter's log (stderr); it must exit 0."""
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    return err
+
+
+def test_the_reporter_delivers_as_report_does_pending_week_format_and_retention(tmp_path, stub_factory):
+    """`kv-sidecar reporter` goes through report's delivery: a failed week waits in the pending file and is
+    sent by the next run, in --webhook-format json, and --keep-weeks removes the old reports."""
+    history = tmp_path / "h.sqlite"
+    _write(history)
+    out = tmp_path / "reports"
+    out.mkdir()
+    old, recent = (base_name(Period(end - WEEK_S, end)) for end in (T0 - 3 * WEEK_S, T0 - WEEK_S + 600))
+    for base in (old, recent):
+        (out / f"{base}.json").write_text("{}", encoding="utf-8")
+
+    down = stub_factory([403])
+    proc = _reporter(history, out, _url_file(tmp_path, down))
+    _until(lambda: bool(down.posts) and (out / PENDING_FILE).exists(), proc)
+    log = _stop(proc)
+    assert "report not delivered: webhook at 127.0.0.1: HTTP 403, not retried" in log
+    assert "this week is sent at the next run" in log and SECRET not in log
+    (waiting,) = read_pending(out)
+    assert waiting["period"] == [T0, T0 + 600]
+    this_week = base_name(Period(T0, T0 + 600))
+    reports = sorted(p.name for p in out.glob("kvcache-report-*.json"))
+    assert reports == sorted([f"{recent}.json", f"{this_week}.json"])  # the old one pruned
+
+    up = stub_factory([200])
+    proc = _reporter(history, out, _url_file(tmp_path, up))
+    _until(lambda: bool(up.posts) and not (out / PENDING_FILE).exists(), proc)
+    _stop(proc)
+    ((_, body),) = up.posts  # the rerun of the waiting week replaced it: sent once
+    assert set(body) == {"summary", "link", "period"} and body["period"] == {"start": T0, "end": T0 + 600}
+    assert body["summary"].startswith("KV-cache report") and body["link"] is None

@@ -9,6 +9,7 @@ import pytest
 from sidecar.history import HistoryError, HistoryStore
 from sidecar.report.data import ModelKey, Period
 from sidecar.report.embedded import HistorySource
+from sidecar.report.growth import WeeklyPeak
 from sidecar.report.selector import SelectorError, parse_selector
 
 T0 = 1_800_000_000.0  # a multiple of 60: minute i starts at T0 + 60 i
@@ -72,23 +73,23 @@ def test_minutes_become_steps(tmp_path):
     assert pod.usage_quantiles is None  # figures computes them from the minutes
 
 
-def test_a_period_cuts_the_steps_and_of_the_previous_one_only_the_demand_is_read(tmp_path):
-    """The figures read the period before for its peak demand alone (PREVIOUS_FIELDS): nothing else is read."""
+def test_a_period_cuts_the_steps_and_the_periods_before_are_each_models_peak(tmp_path):
+    """Of the periods before (up to 7), each model's peak of summed demand and the share of steps seen."""
     _write(tmp_path / "h.sqlite")
     period = Period(T0 + 300, T0 + 600)
     week = HistorySource(tmp_path / "h.sqlite").load(period, compare_previous=True)
     assert week.pods[0].usage_max == pytest.approx([0.55, 0.65, 0.75, 0.85, 0.95])
-    assert week.previous is not None
-    assert week.previous.period == Period(T0, T0 + 300)
-    (before,) = week.previous.pods
-    assert list(before.demand_max) == [100.0 * i + 10 for i in range(5)]
-    assert all(math.isnan(v) for v in before.usage_max) and before.gpu_memory_utilization is None
+    # minutes 0-4 (demand 100 i, then 100 i + 10): peak 410, every step seen; the 6 periods before are empty
+    assert week.history == [{ModelKey("", "llama"): WeeklyPeak(T0, 410.0, 1.0)}]
+    # a 10-minute period from T0 + 300: the one before starts at T0 - 300, half of its minutes hold data
+    longer = HistorySource(tmp_path / "h.sqlite").load(Period(T0 + 300, T0 + 900), compare_previous=True)
+    assert longer.history == [{ModelKey("", "llama"): WeeklyPeak(T0 - 300, 410.0, 0.5)}]
 
 
-def test_no_previous_data_is_none_and_a_pod_outside_the_period_is_left_out(tmp_path):
+def test_no_previous_data_is_no_history_and_a_pod_outside_the_period_is_left_out(tmp_path):
     _write(tmp_path / "h.sqlite")
     week = HistorySource(tmp_path / "h.sqlite").load(Period(T0, T0 + 600), compare_previous=True)
-    assert week.previous is None
+    assert week.history == []
     assert HistorySource(tmp_path / "h.sqlite").load(Period(T0 + 3600, T0 + 7200)).pods == []
 
 

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.artifacts.params import Thresholds
 from sidecar.capacity.budget import NonKVBytes
 from sidecar.forecast.policy import AdviceSettings, Pool, ServedModel, advise
 from sidecar.forecast.sizing import capacity_at_utilization, suggested_replicas
 from sidecar.report import figures
-from sidecar.report.data import ModelKey, Page, Period, PodSeries, Week
-from sidecar.report.results import Growth
+from sidecar.report.data import ModelKey, Page, Period, PodSeries, Week, model_peaks
+from sidecar.report.growth import AT_CAPACITY, NOT_ENOUGH_HISTORY, NOT_GROWING, TWO_POINTS
+from sidecar.thresholds import Thresholds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "alerts"))
 from alerttools import require_tool
@@ -129,7 +129,7 @@ def week() -> Week:
         Page("KVCacheFullSoon", "critical", LLAMA, "", T0 + 100, T0 + 200),
     ]
     # given in a scrambled order: the report sorts
-    return Week(WEEK, [qwen_pod(WEEK), *reversed(llama_pods(WEEK))], pages, "test", previous=previous)
+    return Week(WEEK, [qwen_pod(WEEK), *reversed(llama_pods(WEEK))], pages, "test", history=[model_peaks(previous)])
 
 
 @pytest.fixture(scope="module")
@@ -247,12 +247,14 @@ def test_model_figures_reduce_the_pods(report):
 
 
 def test_model_growth(report):
+    """Two weeks: the straight line through both peaks, no fit and no interval ("not enough history")."""
     g = report.models[0].growth
-    assert g.verdict == "growing"
+    assert (g.verdict, g.method, g.weeks_fitted) == (NOT_ENOUGH_HISTORY, TWO_POINTS, 2)
     assert g.previous_peak_demand_tokens == pytest.approx(0.9 * 1.25 * USABLE)
     assert g.change_ratio == pytest.approx(1 / 0.9 - 1)
     # (2 U - 1.25 U) / (1.25 U - 1.125 U) = 6 periods of one week
     assert g.weeks_until_full == pytest.approx(6.0)
+    assert g.weeks_until_full_low is None and g.growth_standard_error_tokens_per_week is None
 
 
 def test_model_advice_is_the_workloads_not_its_fullest_pods(report):
@@ -319,10 +321,11 @@ def test_ranking_and_summary(report):
     watermark_h = sum(sine(i) > 0.9 for i in range(N)) / 60
     assert llama.summary == (
         f"prod/llama: peak usage 96.0%, {watermark_h:.1f} h above the watermark, 12 preemptions, 1 critical page, "
-        "1 warning, full in 6.0 weeks at this growth; nothing to change: the period's peak of 71,980 tokens over "
-        "2 replicas put 62.5% of each replica's 57,584 usable tokens in use, near the 75.0% target; load is uneven "
-        "across replicas: a-0 peaked at 95.0% of its usable tokens while the even share of the workload's peak "
-        "is 62.5%; check the router's balancing (session affinity, prefix-aware routing) before resizing."
+        "1 warning, full in 6.0 weeks at this growth (two weeks only: no uncertainty); nothing to change: the "
+        "period's peak of 71,980 tokens over 2 replicas put 62.5% of each replica's 57,584 usable tokens in use, "
+        "near the 75.0% target; load is uneven across replicas: a-0 peaked at 95.0% of its usable tokens while the "
+        "even share of the workload's peak is 62.5%; check the router's balancing (session affinity, prefix-aware "
+        "routing) before resizing."
     )
     assert ". " not in llama.summary  # one sentence
     assert qwen.summary == (
@@ -331,7 +334,7 @@ def test_ranking_and_summary(report):
     )
     assert qwen.advice.action == "none" and qwen.advice.reason == "within_target"
     assert qwen.pressure.prefix_hit_ratio is None  # prefix caching off: no queries
-    assert qwen.growth.verdict == "not growing" and qwen.growth.weeks_until_full is None
+    assert qwen.growth.verdict == NOT_ENOUGH_HISTORY and qwen.growth.weeks_until_full is None  # flat: never full
     assert (report.watermark, report.warning, report.target_usage, report.generated_at) == (0.9, 0.8, 0.75, 123.0)
 
 
@@ -347,8 +350,8 @@ TWO_H = Period(T0, T0 + 7200)
 
 
 def compute(*pods: PodSeries, previous: list[PodSeries] | None = None, served_models=None, **week_fields):
-    prev = Week(TWO_H.previous(), previous, [], "test") if previous is not None else None
-    w = Week(TWO_H, list(pods), [], "test", previous=prev, **week_fields)
+    history = [model_peaks(Week(TWO_H.previous(), previous, [], "test"))] if previous is not None else []
+    w = Week(TWO_H, list(pods), [], "test", history=history, **week_fields)
     return figures.compute(w, thresholds=TH, advice=SETTINGS, served=served_models, generated_at=0.0)
 
 
@@ -387,7 +390,9 @@ def test_no_block_size_no_advice():
 
 def test_at_capacity_without_previous():
     (m,) = compute(flat(demand=USABLE + 100)).models
-    assert m.growth == Growth(None, None, 0.0, "at capacity")
+    g = m.growth
+    assert (g.verdict, g.weeks_until_full, g.weeks_until_full_low, g.weeks_until_full_high) == (AT_CAPACITY, 0, 0, 0)
+    assert (g.previous_peak_demand_tokens, g.change_ratio) == (None, None)
     assert m.needs_action
     # the pod is already full: never "full in N weeks"; without bytes per token the value cannot be sized,
     # the replicas at today's setting can: ⌈57,684 ÷ (0.75 × 57,584)⌉ = 2
@@ -400,14 +405,19 @@ def test_at_capacity_without_previous():
     assert "full in" not in m.summary and m.advice.replicas_needed_now == 2
 
 
-def test_not_growing_below_the_noise_floor():
-    (m,) = compute(
-        flat(demand=0.7 * USABLE), previous=[flat(demand=0.7 * USABLE / 1.005, period=TWO_H.previous())]
-    ).models
-    assert m.growth.verdict == "not growing" and m.growth.weeks_until_full is None
-    assert m.growth.change_ratio == pytest.approx(0.005)
+def test_a_drop_is_never_full_and_a_flat_history_is_not_growing():
     (m,) = compute(flat(demand=0.6 * USABLE), previous=[flat(demand=0.7 * USABLE, period=TWO_H.previous())]).models
-    assert m.growth.verdict == "not growing" and m.growth.change_ratio == pytest.approx(-1 / 7)
+    assert m.growth.verdict == NOT_ENOUGH_HISTORY and m.growth.change_ratio == pytest.approx(-1 / 7)
+    assert m.growth.weeks_until_full is None and "full in" not in m.summary
+    # four periods within 0.1 % of each other: the fit's interval holds zero
+    periods = [TWO_H.previous().previous().previous(), TWO_H.previous().previous(), TWO_H.previous()]
+    history = [
+        model_peaks(Week(p, [flat(demand=(0.7 + d) * USABLE, period=p)], [], "t"))
+        for p, d in zip(periods, (0.0007, -0.0007, 0.0003), strict=True)
+    ]
+    w = Week(TWO_H, [flat(demand=0.7 * USABLE)], [], "t", history=history)
+    (m,) = figures.compute(w, thresholds=TH, advice=SETTINGS, generated_at=0.0).models
+    assert (m.growth.verdict, m.growth.weeks_fitted, m.growth.weeks_until_full) == (NOT_GROWING, 4, None)
 
 
 def test_growth_converts_periods_to_weeks():

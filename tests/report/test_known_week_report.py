@@ -130,12 +130,14 @@ def _check_report(report: dict, week: Known, *, pages_tolerance_h: float) -> Non
             assert (growth["verdict"], growth["weeks_until_full"]) == ("at capacity", 0.0), key
             assert "full in" not in got["summary"] and f"already full on {full[0]}" in got["summary"], key
         elif want.growth_ratio - 1 > 0.01:
+            # two weeks: the straight line through both peaks, no fit and no interval
             usable, peak, prev = want.usable_tokens, want.peak_demand_tokens, want.previous_peak_demand_tokens
-            assert growth["verdict"] == "growing"
+            assert (growth["verdict"], growth["method"]) == ("not enough history", "two points")
             assert growth["change_ratio"] == pytest.approx(want.growth_ratio - 1, abs=1e-12)
             assert growth["weeks_until_full"] == pytest.approx((usable - peak) / (peak - prev), rel=1e-9)
+            assert growth["weeks_until_full_low"] is None and "(two weeks only: no uncertainty)" in got["summary"]
         else:
-            assert growth["verdict"] == "not growing" and growth["weeks_until_full"] is None
+            assert growth["verdict"] == "not enough history" and growth["weeks_until_full"] is None
         pods = {p["pod"]: p for p in got["pods"]}
         assert set(pods) == {name for name, model in week.pod_models.items() if model == key}
         for name, pod in pods.items():

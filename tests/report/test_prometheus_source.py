@@ -34,11 +34,12 @@ import pytest
 from backfill import backfilled_prometheus
 from processes import free_port
 
-from sidecar.artifacts.params import Thresholds
 from sidecar.forecast.policy import AdviceSettings
 from sidecar.report.data import PREVIOUS_FIELDS, ModelKey, Page, Period
 from sidecar.report.figures import compute
+from sidecar.report.growth import NOT_ENOUGH_HISTORY, WeeklyPeak
 from sidecar.report.prometheus import PrometheusSource, ReportSourceError
+from sidecar.thresholds import Thresholds
 
 DAY = 86_400
 MINUTES = 2 * 24 * 60
@@ -322,22 +323,21 @@ def test_model_figures_from_the_recording_rules(loaded):
 
 
 @pytest.mark.e2e
-def test_previous_period(loaded):
-    """The hour before the period holds only vllm-a; of it only the demand is read (PREVIOUS_FIELDS: the
-    figures use the period before for its peak demand alone), its other series stay NaN, nothing is reduced."""
+def test_previous_periods(loaded):
+    """The hour before the period holds only vllm-a (demand 3,000): of the 7 periods before, that one is the
+    model's only weekly peak, seen for 60 of its 2,880 steps; the other six are empty (absent, not zero)."""
     week, _ = loaded
-    prev = week.previous
-    assert prev is not None and prev.period == PERIOD.previous()
-    assert [p.pod for p in prev.pods] == ["vllm-a"]
-    (a,) = prev.pods
     assert PREVIOUS_FIELDS == ("demand_max",)
-    assert _same(a.demand_max[-60:], [3_000.0] * 60) and all(math.isnan(v) for v in a.demand_max[:-60])
-    for name in ("usage_max", "usage_mean", "preemptions", "capacity_tokens", "waiting_max"):
-        assert all(math.isnan(v) for v in getattr(a, name)), name
-    assert a.usage_quantiles is None and a.seconds_above is None and a.block_size is None
-    assert prev.model_usage_quantiles == {} and prev.pages == []
+    assert week.history == [{LLM_M: WeeklyPeak(PERIOD.previous().start, 3_000.0, 60 / 2_880)}]
     report = compute(week, thresholds=TH, advice=AdviceSettings(0.75, 0.5, 0.95, 3600.0), generated_at=0.0)
-    assert report.models[0].growth.previous_peak_demand_tokens == 3_000.0
+    g = report.models[0].growth
+    # seen for 2 % of its length: too little to count (it may have missed its busiest day)
+    assert (g.verdict, g.weeks_fitted, g.weeks_skipped, g.previous_peak_demand_tokens) == (
+        NOT_ENOUGH_HISTORY,
+        1,
+        1,
+        None,
+    )
 
 
 @pytest.mark.e2e
@@ -412,6 +412,15 @@ class _StubHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
 
+    def do_GET(self) -> None:  # /api/v1/label/<name>/values: its parameters in the URL
+        path, _, query = self.path.partition("?")
+        form = {k: v[0] for k, v in parse_qs(query).items()}
+        self.server.requests.append((path, {k.lower(): v for k, v in self.headers.items()}, form))
+        try:
+            self.server.answer(self, form)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
     def log_message(self, *args) -> None:
         pass
 
@@ -429,7 +438,7 @@ EMPTY = json.dumps({"status": "success", "data": {"resultType": "vector", "resul
 
 def quick(url: str, **kw) -> PrometheusSource:
     source = PrometheusSource(url, **kw)
-    source._sleep = lambda s: None  # the backoff's waits, not its count, are skipped
+    source.api.sleep = lambda s: None  # the backoff's waits, not its count, are skipped
     return source
 
 
@@ -460,7 +469,7 @@ def test_5xx_then_success_is_retried_with_backoff(stub):
     s = stub(answer)
     source = quick(s.url)
     waits: list[float] = []
-    source._sleep = waits.append
+    source.api.sleep = waits.append
     week = source.load(PERIOD)
     assert week.pods == [] and len(calls) == 3 and waits == [0.5, 1.0]
     assert (source.queries, source.attempts) == (1, 3)
@@ -531,13 +540,15 @@ def test_bad_arguments_exit_2(tmp_path):
         PrometheusSource("http://p:9090", bearer_token_file=str(tmp_path / "empty")).load(PERIOD)
 
 
-def test_oversized_answer_is_refused(stub, monkeypatch):
-    import sidecar.report.prometheus as prom
-
-    monkeypatch.setattr(prom, "MAX_BODY_BYTES", 1000)
+def test_oversized_answer_is_refused(stub):
     s = stub(lambda h, form: send(h, 200, b'{"status": "success", "pad": "' + b"x" * 5000 + b'"}'))
-    with pytest.raises(ReportSourceError, match="larger than"):
-        quick(s.url).load(PERIOD)
+    source = quick(s.url)
+    source.api.max_body_bytes = 1000
+    with pytest.raises(ReportSourceError) as e:
+        source.load(PERIOD)
+    assert str(e.value) == (
+        f"{s.url}/api/v1/query: the answer is larger than 1,000 bytes; select fewer series per query (--pods-per-query)"
+    )
 
 
 def test_an_injected_client_is_used():

@@ -29,13 +29,14 @@ from pathlib import Path
 
 import pytest
 
+from sidecar import atomic_write
 from sidecar.report import render
 from sidecar.report.data import ModelKey, Page, Period
+from sidecar.report.growth import GrowthTrend
 from sidecar.report.render import ReportWriteError, write_report
 from sidecar.report.results import (
     Advice,
     Capacity,
-    Growth,
     ModelReport,
     PodReport,
     Pressure,
@@ -142,7 +143,44 @@ def _pod(name: str, usage: list[float | None], capacity: float, hot: bool, burst
     )
 
 
-def _model(key: ModelKey, pods: list[PodReport], growth: Growth, advice: Advice, pages: list[Page]) -> ModelReport:
+#: Eight weeks fitted: +45,000 tokens a week on a trend at 450,000 (10 %), 80 % interval 8-12 %.
+LLAMA_GROWTH = GrowthTrend(
+    previous_peak_demand_tokens=402_311.0,
+    change_ratio=0.118,
+    weeks_until_full=1.6,
+    verdict="growing",
+    method="least squares",
+    weeks_fitted=8,
+    weeks_skipped=0,
+    growth_tokens_per_week=45_000.0,
+    growth_standard_error_tokens_per_week=6_250.0,
+    growth_low_tokens_per_week=36_000.0,
+    growth_high_tokens_per_week=54_000.0,
+    growth_ratio_per_week=0.10,
+    trend_peak_demand_tokens=450_000.0,
+    weeks_until_full_low=1.3,
+    weeks_until_full_high=2.1,
+    usable_tokens=455_584.0,
+)
+#: Six weeks fitted, one skipped; infinity (never full) as a figure a renderer must not print.
+QWEN_GROWTH = GrowthTrend(
+    previous_peak_demand_tokens=301_000.0,
+    change_ratio=-0.02,
+    weeks_until_full=math.inf,
+    verdict="not growing",
+    method="least squares",
+    weeks_fitted=6,
+    weeks_skipped=1,
+    growth_tokens_per_week=-6_000.0,
+    growth_standard_error_tokens_per_week=8_000.0,
+    growth_low_tokens_per_week=-18_000.0,
+    growth_high_tokens_per_week=6_000.0,
+    growth_ratio_per_week=-0.02,
+    trend_peak_demand_tokens=300_000.0,
+)
+
+
+def _model(key: ModelKey, pods: list[PodReport], growth: GrowthTrend, advice: Advice, pages: list[Page]) -> ModelReport:
     """The model's figures from its pods: usage of the hottest pod, capacities summed."""
     usage_tl = [
         max((v for v in vals if v is not None), default=None)
@@ -225,11 +263,11 @@ def week_report(generated_at: float = GENERATED) -> Report:
         peak_usage_after_ratio=0.821,
     )
     models = [
-        _model(llama, llama_pods, Growth(402_311.0, 0.118, 1.6, "growing"), llama_advice, pages),
+        _model(llama, llama_pods, LLAMA_GROWTH, llama_advice, pages),
         _model(
             qwen,
             qwen_pods,
-            Growth(301_000.0, -0.02, math.inf, "not growing"),
+            QWEN_GROWTH,
             Advice("none", "within_target", "Nothing to change."),
             [],
         ),
@@ -349,13 +387,17 @@ def test_the_markdown_says_things_in_order_with_numbers_for_people(written):
     assert cells[3] == f"{llama.usage.hours_above_warning:.1f} h"
     assert cells[6] == f"{round(llama.pressure.preemptions):,}"
     # pages split by severity (what paged, then warnings); growth in words; human text for the action
-    assert cells[7] == "1 / 2" and cells[8] == "growing, full in 1.6 weeks"
+    assert cells[7] == "1 / 2" and cells[8] == "full in 1.6 weeks (1.3 to 2.1)"
     assert cells[10] == "raise --gpu-memory-utilization"
     assert "| Capacity (vLLM) / usable, tokens | 455,616 / 455,584 |" in md
     assert "| Idle at the peak | — |" not in md  # the model's idle share is known ...
     assert "Theoretical capacity, tokens | 473,841 |" in md
-    assert "| Growth | not growing |" in md  # ... infinity says nothing more
-    assert "| Growth | growing, full in 1.6 weeks |" in md
+    # infinity says nothing more; the fit's interval and weeks in words
+    assert "| Growth | not growing: -2.0%/week (80%: -6.0 to +2.0%), over 6 weeks, 1 skipped |" in md
+    assert (
+        "| Growth | growing +10.0%/week (80%: +8.0 to +12.0%), full in 1.6 weeks (80%: 1.3 to 2.1 weeks), "
+        "over 8 weeks |" in md
+    )
     assert "- With fp8 KV cache: 911,232 tokens per replica" in md
     assert "| Worst hour for preemptions | " in md and " preemptions in the hour from " in md  # a unit
     qwen_pages = md[md.find("## prod/qwen2.5-7b-instruct") :]
@@ -422,10 +464,10 @@ def test_ctrl_c_during_the_renames_never_leaves_a_half_written_document(tmp_path
             raise KeyboardInterrupt
         real_replace(src, dst)
 
-    monkeypatch.setattr(render.os, "replace", interrupted)
+    monkeypatch.setattr(atomic_write.os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):
         write_report(week_report(), tmp_path)
-    monkeypatch.setattr(render.os, "replace", real_replace)
+    monkeypatch.setattr(atomic_write.os, "replace", real_replace)
     left = _everything_in(tmp_path)
     assert not [n for n in left if Path(n).name.startswith(".")], left  # no temporary file
     assert not [n for n in left if n.endswith((".md", ".html", ".json"))], "a document before its images"

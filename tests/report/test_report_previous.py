@@ -1,7 +1,8 @@
-"""What the report reads of the period before (``--compare-previous``), and the ``--report-url`` it shows.
+"""What the report keeps of a period before (``--compare-previous``), and the ``--report-url`` it shows.
 
-The sources read only ``PREVIOUS_FIELDS`` of the period before (the demand): the week-over-week figures
-must come out the same as from every series, whatever the other series hold; and a ``--report-url``
+The sources read only ``PREVIOUS_FIELDS`` of a period before (the demand) and keep each model's peak
+(``model_peaks``): the growth must come out the same as from every series, whatever the other series
+hold; and a ``--report-url``
 with a ``user:password@`` is shown and posted without it (the redaction of ``sidecar.outbound``).
 """
 
@@ -11,11 +12,11 @@ import math
 from array import array
 from pathlib import Path
 
-from sidecar.artifacts.params import Thresholds
 from sidecar.forecast.policy import AdviceSettings
 from sidecar.report import figures
 from sidecar.report.cli import Outcome, chat_message, summary_text
-from sidecar.report.data import PREVIOUS_FIELDS, ModelKey, Period, PodSeries, Week
+from sidecar.report.data import PREVIOUS_FIELDS, ModelKey, Period, PodSeries, Week, model_peaks
+from sidecar.thresholds import Thresholds
 
 T0 = 1_799_020_800.0  # Monday 2027-01-04 00:00 UTC
 PERIOD = Period(T0, T0 + 3_600)
@@ -50,7 +51,7 @@ def _report(previous_everything: bool) -> figures.Report:
         "test",
     )
     now = [_pod(PERIOD, "a", [8_000.0] * 60, everything=True)]
-    week = Week(PERIOD, now, [], "test", previous=previous)
+    week = Week(PERIOD, now, [], "test", history=[model_peaks(previous)])
     return figures.compute(week, thresholds=Thresholds(), advice=SETTINGS, generated_at=0.0)
 
 

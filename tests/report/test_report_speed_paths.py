@@ -22,10 +22,11 @@ import pytest
 from test_prometheus_source import quick, send
 from test_render import week_report
 
-from sidecar.artifacts.params import Thresholds
+from sidecar.prometheus_api import cut_values, points_of
 from sidecar.report import render
 from sidecar.report.data import ModelKey, Period
-from sidecar.report.prometheus import _Batch, _cut_values, _merged, _Pod, _points_of, _put, _Reader
+from sidecar.report.prometheus import _Batch, _merged, _Pod, _put, _Reader
+from sidecar.thresholds import Thresholds
 
 T0 = 1_795_392_000
 PERIOD = Period(float(T0), float(T0 + 3600))
@@ -50,19 +51,19 @@ def _same(a: list[float], b: list[float]) -> bool:
 
 def test_compact_answers_are_cut_and_read_like_json():
     body = _matrix(SERIES, compact=True)
-    cut = _cut_values(body)
+    cut = cut_values(body)
     assert cut is not None
     stripped, points = cut
     doc = json.loads(stripped)
     assert [r["metric"] for r in doc["data"]["result"]] == [m for m, _ in SERIES]
     assert all(r["values"] == [] for r in doc["data"]["result"])
     for raw, (_, want) in zip(points, SERIES, strict=True):
-        times, values = _points_of(raw)
+        times, values = points_of(raw)
         assert list(times) == [t for t, _ in want]
         assert _same(list(values), [float(v) for _, v in want])
-    assert _cut_values(_matrix(SERIES, compact=False)) is None  # spaced JSON: parsed as JSON throughout
+    assert cut_values(_matrix(SERIES, compact=False)) is None  # spaced JSON: parsed as JSON throughout
     with pytest.raises(ValueError):
-        _points_of(b'[1795392059.999,"0.5"],[1795392119.999')  # an odd number of tokens
+        points_of(b'[1795392059.999,"0.5"],[1795392119.999')  # an odd number of tokens
 
 
 def test_a_range_query_reads_the_same_compact_or_spaced(stub):
@@ -70,7 +71,7 @@ def test_a_range_query_reads_the_same_compact_or_spaced(stub):
     for compact in (True, False):
         body = _matrix(SERIES, compact)
         s = stub(lambda h, form, body=body: send(h, 200, body))
-        got = quick(s.url)._range("up", T0 + 59.999, T0 + 179.999)
+        got = quick(s.url).api.range("up", T0 + 59.999, T0 + 179.999)
         answers[compact] = [(labels, list(t), list(v)) for labels, t, v in got]
     assert [lb for lb, _, _ in answers[True]] == [lb for lb, _, _ in answers[False]] == [m for m, _ in SERIES]
     for (_, t1, v1), (_, t2, v2) in zip(answers[True], answers[False], strict=True):
@@ -81,7 +82,7 @@ def test_a_malformed_compact_answer_is_one_line(stub):
     body = _matrix(SERIES[:1], compact=True).replace(b'"0.5"', b'"zero"')
     s = stub(lambda h, form: send(h, 200, body))
     with pytest.raises(Exception, match="malformed matrix") as e:
-        quick(s.url)._range("up", T0 + 59.999, T0 + 179.999)
+        quick(s.url).api.range("up", T0 + 59.999, T0 + 179.999)
     assert "\n" not in str(e.value)
 
 

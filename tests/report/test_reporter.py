@@ -199,15 +199,12 @@ def test_a_failed_delivery_keeps_the_files(tmp_path, stub_factory, caplog):
     stub = stub_factory([500])
     outcome = _written_report(tmp_path)
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in outcome.paths}
-    ok = run_once(
-        lambda: outcome,
-        _url_file(tmp_path, stub.url),
-        post=lambda f, text: post_summary(f, text, attempts=2, backoff_s=0.0),
-    )
+    url_file = _url_file(tmp_path, stub.url)
+    ok = run_once(lambda: outcome, lambda o: post_summary(url_file, o.summary_text, attempts=2, backoff_s=0.0))
     assert ok is False and len(stub.posts) == 2
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in outcome.paths} == before
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert len(errors) == 1 and "the report files are kept" in errors[0].getMessage()
+    assert [e.getMessage() for e in errors] == ["report not delivered: webhook at 127.0.0.1: HTTP 500 after 2 attempts"]
     _no_secret(caplog)
 
 
@@ -217,7 +214,8 @@ def test_a_failed_report_is_one_log_line_and_not_delivered(tmp_path, stub_factor
     def job():
         raise RuntimeError("Prometheus at http://prom:9090 answered 503\nafter 4 attempts")
 
-    assert run_once(job, _url_file(tmp_path, stub.url)) is False
+    url_file = _url_file(tmp_path, stub.url)
+    assert run_once(job, lambda o: post_summary(url_file, o.summary_text)) is False
     assert stub.posts == []
     (error,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert error.getMessage() == "report failed: Prometheus at http://prom:9090 answered 503 after 4 attempts"
@@ -263,6 +261,7 @@ def test_run_reporter_runs_the_job_survives_a_failure_and_stops(tmp_path, stub_f
     stop = threading.Event()
     calls: list[float] = []
     outcome = _written_report(tmp_path)
+    url_file = _url_file(tmp_path, stub.url)
 
     def job():
         calls.append(time.monotonic())
@@ -276,7 +275,7 @@ def test_run_reporter_runs_the_job_survives_a_failure_and_stops(tmp_path, stub_f
         target=run_reporter,
         kwargs={
             "job": job,
-            "webhook_url_file": _url_file(tmp_path, stub.url),
+            "publish": lambda o: post_summary(url_file, o.summary_text),
             "stop": stop,
             "trigger": CronTrigger(second="*"),
         },

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar import parse
+from sidecar import page_parser as parse
 from sidecar.derive import derive
 from sidecar.engines import vllm
 from sidecar.generations import Generation

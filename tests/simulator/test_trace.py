@@ -80,6 +80,22 @@ def test_plain_csv_and_jsonl():
             "t:2: arrival 0.003 s is earlier than the line before (0.009 s)",
         ),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n", "t:2: TIMESTAMP 'yesterday' is not a date"),
+        (
+            '{"timestamp": 0, "input_length": 1000, "output_length": 1, "hash_ids": [0]}\n',
+            "t:1: 1 hash_ids for 1000 prompt tokens; Mooncake gives one per 512-token block, 2 here",
+        ),
+        (
+            '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": "0"}\n',
+            "t:1: hash_ids must be a list of integers",
+        ),
+        (
+            '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1.5]}\n',
+            "t:1: hash_ids must be a list of integers",
+        ),
+        (
+            '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [-3]}\n',
+            "t:1: hash_ids holds a negative id",
+        ),
     ],
 )
 def test_a_bad_trace_is_refused_naming_the_line(text, message):

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 from .capacity import CapacityError, parse_memory
 from .capacity.vllm_rules import rules_for
-from .files import TOKEN_MAX_BYTES, FileProblem, read_bytes
+from .input_files import TOKEN_MAX_BYTES, FileProblem, read_bytes
 from .units import format_duration, format_size, parse_duration, parse_size, prometheus_duration_seconds
 
 

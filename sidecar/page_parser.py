@@ -25,6 +25,20 @@ from itertools import islice
 
 from prometheus_client.parser import text_string_to_metric_families
 
+__all__ = [
+    "LINE_OVERHEAD",
+    "SPLIT_MAX_CHARS",
+    "FilteredParser",
+    "InvalidText",
+    "LimitExceeded",
+    "PageLimits",
+    "Sample",
+    "decode",
+    "prefilter",
+    "prefilter_pattern",
+    "samples",
+]
+
 
 class InvalidText(ValueError):
     """The body is not Prometheus exposition text."""
