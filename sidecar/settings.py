@@ -410,8 +410,9 @@ SETTINGS: tuple[Setting, ...] = (
         "forecast",
         "peak_window",
         Duration(),
-        3600.0,
-        "peak demand the suggested utilization is sized for",
+        86400.0,
+        "the window of the peak demand the suggested settings are sized for: a day, so that the advice at "
+        "the night's trough still holds the day's peak (a shorter window gives back memory the next peak needs)",
         attr="peak_window_s",
     ),
     Setting("forecast", "utilization_min", Number(), 0.5, "suggested utilizations are clamped to at least this ..."),
