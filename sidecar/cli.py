@@ -392,6 +392,10 @@ SUBCOMMANDS: tuple[tuple[tuple[str, ...], Callable[[SubParsers], None]], ...] = 
 )
 
 
+#: Where the optional subcommands' dependencies come from (pyproject.toml's extras).
+EXTRAS_HINT = "pip install 'kv-cache-sidecar[dashboards,report]' (the daemon's image leaves them out)"
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of ``kv-sidecar``; with ``command`` (a known subcommand), only that one's.
 
@@ -410,8 +414,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         try:
             add(sub)
         except ImportError as e:
-            if chosen or not (e.name or "").startswith(("grafana", "matplotlib")):
+            if not (e.name or "").startswith(("grafana", "matplotlib")):
                 raise
+            if chosen:  # exit 2, with the usage: the command needs an extra this build does not have
+                parser.error(f"{command} needs {e.name}, which this build does not have: {EXTRAS_HINT}")
             # an optional extra not installed in this build: that subcommand is not offered
     return parser
 
