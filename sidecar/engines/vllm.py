@@ -257,7 +257,7 @@ def normalise(
 
 #: Why an engine has no capacity (counted as ``no_capacity``; the absent gauges' reason), and the fix.
 NO_CAPACITY = (
-    "the page has no vllm:cache_config_info (vLLM before 0.7, or a trimmed page): set targets[].capacity_tokens "
+    "the page has no vllm:cache_config_info (an old vLLM, or a trimmed page): set targets[].capacity_tokens "
     "to the 'GPU KV cache size: N tokens' vLLM logs at start-up"
 )
 
