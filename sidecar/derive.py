@@ -161,6 +161,8 @@ class Derived:
     preemptions: float | None = None
     #: requests refused at admission, by reason (counters)
     admission_rejections: Mapping[str, float] = field(default_factory=dict)
+    #: requests preempted, by the engine's reason (counters; only "kv_full" is KV capacity pressure)
+    preemptions_by_reason: Mapping[str, float] = field(default_factory=dict)
     #: the offload tiers' usage fraction by tier (vLLM: "cpu")
     offload_usage: Mapping[str, float] = field(default_factory=dict)
     engine_asleep: bool | None = None
@@ -244,6 +246,7 @@ def derive(history: Sequence[tuple[float, Observation]], now: float, *, window_s
         prefix_cache_hits_tokens=obs.prefix_cache_hits_tokens,
         preemptions=obs.preemptions,
         admission_rejections=dict(obs.admission_rejections_by_reason),
+        preemptions_by_reason=dict(obs.preemptions_by_reason),
         offload_usage={tier: min(max(u, 0.0), 1.0) for tier, u in obs.offload_usage_by_tier.items()},
         engine_asleep=None if obs.sleep_state is None else obs.asleep,
         pool=pool,
@@ -261,6 +264,7 @@ PREFIX_QUERIES = entry("kvcache_prefix_cache_queries_tokens_total")
 PREFIX_HITS = entry("kvcache_prefix_cache_hits_tokens_total")
 PREEMPTIONS = entry("kvcache_preemptions_total")
 ADMISSION_REJECTIONS = entry("kvcache_admission_rejections_total")
+PREEMPTIONS_BY_REASON = entry("kvcache_preemptions_by_reason_total")
 OFFLOAD_USAGE = entry("kvcache_offload_usage_ratio")
 PREFIX_HIT_RATIO = entry("kvcache_prefix_cache_hit_ratio")
 PREEMPTIONS_PER_SECOND = entry("kvcache_preemptions_per_second")
@@ -290,6 +294,7 @@ def base_values(d: Derived, engine_kind: str | None, generation: str | None) -> 
         PREFIX_QUERIES: d.prefix_cache_queries_tokens,
         PREFIX_HITS: d.prefix_cache_hits_tokens,
         PREEMPTIONS: d.preemptions,
+        PREEMPTIONS_BY_REASON: {(reason,): n for reason, n in sorted(d.preemptions_by_reason.items())} or None,
         OFFLOAD_USAGE: {(tier,): u for tier, u in sorted(d.offload_usage.items())} or None,
         ADMISSION_REJECTIONS: {(reason,): n for reason, n in sorted(d.admission_rejections.items())} or None,
         PREFIX_HIT_RATIO: d.prefix_cache_hit_ratio,

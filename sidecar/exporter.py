@@ -29,6 +29,12 @@ from .state import TargetState
 
 log = logging.getLogger("kv_sidecar.exporter")
 
+#: Families yielded only when some engine has a value for them: series of a newer engine version that
+#: no page before it carries, so that a server without them shows no empty HELP/TYPE lines and the
+#: exposition of every older page stays what it was (tests/test_exposition_unchanged.py).
+#: ``kvcache_preemptions_by_reason_total``: vLLM PR #58037 (proposed after 0.32).
+ONLY_WHEN_SET = frozenset({"kvcache_preemptions_by_reason_total"})
+
 _Family = CounterMetricFamily | GaugeMetricFamily
 
 
@@ -134,8 +140,11 @@ class SidecarCollector(Collector):
 
         self._add_own(fams)
         for name, fam in fams.items():
-            if name != EXPORT_ERRORS or self.export_errors:  # a healthy page has no such family
-                yield fam
+            if name == EXPORT_ERRORS and not self.export_errors:  # a healthy page has no such family
+                continue
+            if name in ONLY_WHEN_SET and not fam.samples:
+                continue
+            yield fam
 
     def _add_values(self, fams: dict[str, _Family], key: list[str], values: Values) -> None:
         """One engine's values into their families. A value whose row is not the catalogue's, or whose

@@ -30,7 +30,8 @@ restarts) has moved.
 warm-up; :func:`trace_outcome` gives a rule's (or several rules' together) lead, page and preemption
 episodes, the episodes warned and the pages per saturating hour.
 
-The rules whose figures are reported are :data:`FORECAST_RULE` and :data:`PAGE_RULE`; ``alerts/``
+The rules whose figures are reported are :data:`FORECAST_RULE` and :data:`PAGE_RULE` (and candidates such as
+:data:`PAGE_MEMORY_RULE`, measured and not shipped); ``alerts/``
 (``KVCacheFullSoon``, ``KVCacheAlmostFull`` critical) must use exactly their expression, ``for`` and
 ``keep_firing_for``.
 """
@@ -121,6 +122,10 @@ class Trace:
     preemption_times: list[float] = field(default_factory=list)
     #: simulated time of ``t = 0`` (the end of the pre-roll): what the pipeline's clock read then
     origin: float = 0.0
+    #: every sample time (as ``t``: negative during the pre-roll) at which the preemption counter moved,
+    #: pre-roll included: what ``increase(kvcache_preemptions_total[...])`` sees on a Prometheus that
+    #: scraped the warm-up too
+    counter_times: list[float] = field(default_factory=list)
 
 
 def with_preroll(scenario: Scenario, preroll_s: float) -> Scenario:
@@ -188,6 +193,7 @@ def replay_run(
     offset = last = 0  # preemptions summed over restarts (the counter restarts at 0)
     at_start = total_before = 0
     moved: list[float] = []
+    counted: list[float] = []  # moves of the counter, pre-roll included
     n = 0
     while True:
         n += 1
@@ -202,6 +208,8 @@ def replay_run(
             offset += last
         last = now_p
         total = offset + now_p
+        if total > total_before:
+            counted.append(t - preroll_s)
         if t <= preroll_s + 1e-9:
             at_start = total
         elif total > total_before:
@@ -219,6 +227,7 @@ def replay_run(
         tr.preemptions = offset + last - at_start
         tr.preroll_preemptions = at_start
         tr.origin = preroll_s
+        tr.counter_times = list(counted)
     return traces
 
 
@@ -371,6 +380,24 @@ def quantile(phi: float) -> Callable[[list[float]], float]:
     return q
 
 
+def either(*conds: Cond) -> Cond:
+    """PromQL ``or`` of conditions on one series: a result when any has one."""
+    return lambda tr, i: any(c(tr, i) for c in conds)
+
+
+def preempted_within(range_s: float) -> Cond:
+    """``increase(kvcache_preemptions_total[range]) > 0``: the counter moved between two samples of
+    ``(t − range, t]`` (pre-roll moves included: Prometheus scraped the warm-up too). ``increase`` is the
+    counter's rise over the range, resets counted as rises from 0 (Prometheus docs, "Query functions":
+    ``increase()``), so a restart that zeroes the counter is no move."""
+
+    def c(tr: Trace, i: int) -> bool:
+        t = tr.t[i]
+        return any(t - range_s + STEP_S - 1e-9 < m <= t + 1e-9 for m in tr.counter_times)
+
+    return c
+
+
 #: KVCacheAlmostFull critical as shipped (``alerts.critical_*``, sidecar/artifacts/rules.py): "the peaks
 #: keep reaching 90 %" read as "above 0.9 for more than 5 % of the last 10 minutes (30 s)", without
 #: ``for:`` (a burst shorter than that never makes the expression true) and held 5 minutes
@@ -381,6 +408,24 @@ PAGE_RULE = Rule(
     f"quantile_over_time({PAGE_QUANTILE:g}, kvcache_usage_ratio[{PAGE_WINDOW_S / 60:g}m]) > {WATERMARK:g}",
     0,
     over_time(quantile(PAGE_QUANTILE), USAGE, PAGE_WINDOW_S, lambda v: v > WATERMARK),
+    keep_s=PAGE_KEEP_S,
+)
+#: A candidate measured and not shipped (docs/forecast-validation.md, "Memory of earlier peaks"): the page,
+#: or the memory of the last saturation: after a preemption within :data:`PAGE_REARM_S`, usage above the
+#: watermark at all in the last :data:`PAGE_REARM_PEAK_S` pages again (the next burst at its first peak).
+PAGE_REARM_S, PAGE_REARM_PEAK_S = 1800.0, 60.0
+PAGE_MEMORY_RULE = Rule(
+    "page-memory",
+    f"{PAGE_RULE.expr}\nor\n(\n  max_over_time(kvcache_usage_ratio[{PAGE_REARM_PEAK_S / 60:g}m]) > {WATERMARK:g}\n"
+    f"  and\n  increase(kvcache_preemptions_total[{PAGE_REARM_S / 60:g}m]) > 0\n)",
+    0,
+    either(
+        PAGE_RULE.cond,
+        both(
+            over_time(max, USAGE, PAGE_REARM_PEAK_S, lambda v: v > WATERMARK),
+            preempted_within(PAGE_REARM_S),
+        ),
+    ),
     keep_s=PAGE_KEEP_S,
 )
 
@@ -464,6 +509,11 @@ class TraceOutcome:
     preemption_episodes: int
     warned: int  # preemption episodes with a firing at their start or within WARN_BEFORE_S before
     saturating_hours: int  # 60-minute bins of the run holding a preemption
+    #: minutes during which a page fired
+    paged_min: float = 0.0
+    #: for each page episode that ended before the run did and followed a preemption (one in it or in the
+    #: WARN_BEFORE_S before it): minutes from its last preemption to its end (how long it outlived it)
+    outlives_min: tuple[float, ...] = ()
 
     @property
     def false_page(self) -> bool:
@@ -493,4 +543,10 @@ def trace_outcome(rules: Sequence[Rule], tr: Trace) -> TraceOutcome:
     hours = len({int(t // 3600) for t in tr.preemption_times})
     fp = tr.first_preemption
     lead = None if fp is None else (-math.inf if not eps else (fp - eps[0][0]) / 60.0)
-    return TraceOutcome(lead, len(eps), len(pre), warned, hours)
+    outlives = []
+    for s, e in eps:
+        last = [p for p in tr.preemption_times if s - WARN_BEFORE_S <= p <= e]
+        if last and tr.t and e < tr.t[-1] - STEP_S / 2:
+            outlives.append((e - last[-1]) / 60.0)
+    paged = sum(e - s + STEP_S for s, e in eps) / 60.0
+    return TraceOutcome(lead, len(eps), len(pre), warned, hours, paged, tuple(outlives))

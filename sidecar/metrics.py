@@ -129,6 +129,17 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "Capacity pressure beside preemptions: a rising rate means clients get 503s because the queue is full.",
     ),
     MetricDoc(
+        "kvcache_preemptions_by_reason_total",
+        "counter",
+        "requests",
+        KEY + ("reason",),
+        "Requests preempted, by the engine's reason (vLLM PR #58037: vllm:num_preemptions_by_reason_total, "
+        "reason kv_full, priority or prefix_cache_reset; the reasons sum to kvcache_preemptions_total). Only "
+        "kv_full is KV capacity pressure. Exported only when the engine's page has the family; resets on restart.",
+        "A rising kv_full rate: the pool is too small for the load (KVCachePreemptions). Priority or "
+        "prefix_cache_reset preemptions are scheduling or operator actions: more KV memory does not stop them.",
+    ),
+    MetricDoc(
         "kvcache_prefix_cache_hit_ratio",
         "gauge",
         "ratio",
@@ -223,6 +234,19 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         KEY + ("architecture", "attention", "kv_dtype", "tp", "pp"),
         "1, labelled with the model's architecture, attention kind (mha/gqa/mqa/mla/hybrid), KV dtype, TP and PP.",
         "Check after a model or flag change that the sidecar's model section still matches vLLM.",
+    ),
+    MetricDoc(
+        "kvcache_model_setting_info",
+        "info",
+        "",
+        KEY + ("setting", "value", "source"),
+        "1 per serving setting the capacity model uses (tensor_parallel_size, pipeline_parallel_size, dtype, "
+        "max_model_len, kv_cache_dtype, gpu_memory_utilization, kv_cache_memory_bytes, max_num_seqs, "
+        "max_num_batched_tokens, enforce_eager), labelled with its value and where it came from: cmdline "
+        "(vLLM's command line, model.process_discovery), metrics (vLLM's page), config (the model: section) or "
+        "default. Absent when model.config is not set.",
+        "source=config or default for tensor_parallel_size on a sharded model: the sidecar cannot see vLLM's "
+        'process (docs/kubernetes.md, "Tensor and pipeline parallelism").',
     ),
     MetricDoc(
         "kvcache_budget_dominant_overhead_info",
@@ -324,6 +348,17 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "--kv-cache-memory-bytes at which the peak demand sits at target_usage (when vLLM runs with it, "
         "utilization is ignored).",
         "Apply it when the recommendation says raise/lower_kv_cache_memory_bytes.",
+    ),
+    MetricDoc(
+        "kvcache_gpu_memory_bytes",
+        "gauge",
+        "bytes",
+        KEY + ("basis", "gpu"),
+        "GPU memory per rank M the memory suggestion is sized with: basis=configured (model.gpu_memory; gpu is "
+        "its GPU name, such as H100-80GB, when given as one, else empty) or inferred from the pool and the "
+        "model's non-KV memory (gpu empty); absent without model.config or a utilization to infer it from.",
+        "The dashboards size each workload's --gpu-memory-utilization from it (u0 + (C* - C0) x "
+        "bytes_per_token / M) and name the GPU; an empty gpu: set model.gpu_memory to the GPU's name.",
     ),
     MetricDoc(
         "kvcache_capacity_shortfall_tokens",

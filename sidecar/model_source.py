@@ -25,7 +25,10 @@ from collections.abc import Iterable
 
 from . import capacity as cap
 from . import model_discovery as discovery
-from .layers.capacity import ModelSlot
+from . import process_discovery as processes
+from .config import TargetConfig
+from .engine_cmdline import EngineArgs
+from .layers.capacity import ModelSlot, served_settings
 from .observation import EngineScrape
 
 log = logging.getLogger("kv_sidecar.layers")
@@ -81,10 +84,12 @@ class ModelSource:
     def _read(self, path: str, identity: tuple[int, int, int] | None) -> None:
         """Load ``path``; on success the model replaces the previous one, else the problem is logged once."""
         self._tries += 1
-        m = self.settings
+        # the parallel sizes vLLM runs with when its command line was read (one target), else model.*'s
+        learnt = next(iter(self.slot.learnt.values())) if len(self.slot.learnt) == 1 else None
+        run = served_settings(self.settings, None, learnt)
         try:
             spec = cap.load_model(path)
-            cap.kv_layout(spec, tp=m.tensor_parallel_size, pp=m.pipeline_parallel_size, dtype=m.dtype)
+            cap.kv_layout(spec, tp=run.tp, pp=run.pp, dtype=run.dtype)
         except cap.CapacityError as e:  # ModelFileMissing too: removed between locate() and the read
             problem = "; ".join(e.problems)
             if problem != self.slot.problem:
@@ -122,10 +127,18 @@ def _file_identity(path: str | None) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def refresh_models(extenders: Iterable[object], now: float | None, scrape: EngineScrape | None = None) -> None:
+def refresh_models(
+    extenders: Iterable[object],
+    now: float | None,
+    scrape: EngineScrape | None = None,
+    target: TargetConfig | None = None,
+) -> None:
     """Let every layer's model slot be filled: its file looked for once per served model of ``scrape``
     (or once, for none), at most once per ``retry_s`` of sample time (``now``; None = now, whatever the
-    last try).
+    last try); with ``target`` (the scraped one) and ``model.process_discovery`` on, the target's vLLM
+    process is looked for too (:mod:`sidecar.process_discovery`) and what its command line says goes in
+    the slot's ``learnt`` (its model, as given to vLLM, then finds the config.json in a hub cache or a
+    folder of models even when ``--served-model-name`` is an alias).
 
     The daemon calls it per good scrape, before ``state.ingest_success`` (so the layers then read the
     model as loaded now); a layer with a slot has it as its ``slot`` attribute, and its watcher is made
@@ -136,6 +149,52 @@ def refresh_models(extenders: Iterable[object], now: float | None, scrape: Engin
             continue
         if not isinstance(slot.watcher, ModelSource):
             slot.watcher = ModelSource(slot)
-        names = [o.model_name for o in scrape.observations] if scrape is not None else [None]
+        learnt = learn(slot, target, now) if target is not None else None
+        if learnt is not None and learnt.model:
+            names: list[str | None] = [learnt.model]
+        else:
+            names = [o.model_name for o in scrape.observations] if scrape is not None else [None]
         for name in names or [None]:
             slot.watcher.poll(now, name)
+
+
+def learn(slot: ModelSlot, target: TargetConfig, now: float | None) -> EngineArgs | None:
+    """What ``target``'s vLLM command line says (None: off, not found, ambiguous), kept in ``slot.learnt``.
+    A ``model:`` value the command line contradicts is logged once per new process (what runs wins)."""
+    if not slot.settings.process_discovery:
+        slot.learnt.pop(target.name, None)
+        return None
+    finder = slot.finders.get(target.name)
+    if not isinstance(finder, processes.ProcessDiscovery) or finder.url != target.url:
+        finder = slot.finders[target.name] = processes.ProcessDiscovery(target.url, retry_s=slot.retry_s)
+    before = finder.last.server
+    found = finder.poll(now).server
+    if found is None:
+        slot.learnt.pop(target.name, None)
+        return None
+    slot.learnt[target.name] = found.args
+    if before is None or (before.pid, before.start) != (found.pid, found.start):
+        _contradicted(slot, target.name, found.args)
+    return found.args
+
+
+def _contradicted(slot: ModelSlot, target: str, args: EngineArgs) -> None:
+    """Log each ``model:`` setting the command line contradicts (the command line's value is used)."""
+    m, run = slot.settings, served_settings(slot.settings, None, args)
+    given = {
+        "tensor_parallel_size": (m.tensor_parallel_size, run.tp, m.tensor_parallel_size != 1),
+        "pipeline_parallel_size": (m.pipeline_parallel_size, run.pp, m.pipeline_parallel_size != 1),
+        "dtype": (m.dtype, run.dtype, m.dtype is not None and args.dtype is not None),
+    }
+    for name, (config, running, set_) in given.items():
+        if set_ and config != running:
+            log.warning(
+                "model.%s is %s but vLLM runs with %s target=%s (from its command line); %s is used: "
+                "fix or remove model.%s",
+                name,
+                config,
+                running,
+                target,
+                running,
+                name,
+            )

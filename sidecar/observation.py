@@ -139,6 +139,10 @@ class Observation:
     #: ``vllm:admission_rejections_total{reason="max_num_queued_reqs"|"max_num_queued_tokens"}``, the
     #: 503s of ``--max-num-queued-reqs/-tokens``); empty when the engine exports none
     admission_rejections_by_reason: Mapping[str, float] = field(default_factory=dict)
+    #: requests preempted, by the engine's reason (counters; vLLM PR #58037:
+    #: ``vllm:num_preemptions_by_reason_total{reason="kv_full"|"priority"|"prefix_cache_reset"}``, whose
+    #: reasons sum to ``preemptions``; only ``kv_full`` is KV capacity pressure); empty when not exported
+    preemptions_by_reason: Mapping[str, float] = field(default_factory=dict)
     requests_running: float | None = None
     requests_waiting: float | None = None
     #: waiting requests split by the engine's reason (vLLM: ``capacity``/``deferred``); empty when the

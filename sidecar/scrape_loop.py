@@ -271,7 +271,7 @@ class Sidecar:
 
         The layers' model sources look for the served model's config.json first (at most once per
         their retry interval of sample time), so the layers read the model as it is now."""
-        refresh_models(self.extenders, sample_time, scrape)
+        refresh_models(self.extenders, sample_time, scrape, state.target)  # target: its vLLM process
         ingest_success(
             state,
             scrape,

@@ -164,10 +164,16 @@ SECTIONS = (
         "(models--org--name, its refs/main snapshot; nothing is read while a download is in progress, a new "
         "revision or model is picked up); kvcache_model_config_loaded says where it stands. Learnt from vLLM on "
         "every scrape, never set here: block size, KV dtype, num_gpu_blocks, kv_cache_memory_bytes, "
-        "gpu_memory_utilization, max_model_len (vllm:cache_config_info). Given here because vLLM exports none of "
-        "them: tensor/pipeline parallel sizes, the served dtype, the GPU's memory. "
-        "The *_memory fields replace the budget estimate's terms: copied from vLLM's start-up log, "
-        "they give an estimate within a block of vLLM's own.",
+        "gpu_memory_utilization, max_model_len (vllm:cache_config_info). Not on the page: tensor/pipeline "
+        "parallel sizes and the served dtype are read from vLLM's command line when the sidecar sees vLLM's "
+        "process (process_discovery, a pod with shareProcessNamespace: true), else taken from here; the GPU's "
+        "memory is always given here. Precedence, per setting: vLLM's page, then vLLM's command line, then this "
+        "section, then vLLM's default. The command line wins over this section because it is what runs: a "
+        "ConfigMap copy goes stale when vLLM's flags change, and a stale TP halves or doubles every "
+        "theoretical figure; a value here that the command line contradicts is logged, and "
+        "kvcache_model_setting_info says where each value came from. Set process_discovery: false to use this "
+        "section alone. The *_memory fields replace the budget estimate's terms: copied from vLLM's start-up "
+        "log, they give an estimate within a block of vLLM's own.",
     ),
     Section(
         "forecast",
@@ -302,7 +308,7 @@ SETTINGS: tuple[Setting, ...] = (
         "tensor_parallel_size",
         Number(int, minimum=1, metavar="N"),
         1,
-        "vLLM's --tensor-parallel-size (vLLM does not export it: give it)",
+        "vLLM's --tensor-parallel-size (vLLM does not export it: give it, unless process_discovery reads it)",
         env="KV_SIDECAR_MODEL_TENSOR_PARALLEL_SIZE",
         run_flag=True,
     ),
@@ -314,6 +320,15 @@ SETTINGS: tuple[Setting, ...] = (
         "vLLM's --pipeline-parallel-size",
         env="KV_SIDECAR_MODEL_PIPELINE_PARALLEL_SIZE",
         run_flag=True,
+    ),
+    Setting(
+        "model",
+        "process_discovery",
+        Boolean(),
+        True,
+        "learn vLLM's --tensor-parallel-size, --pipeline-parallel-size and serving flags from its command line "
+        "in /proc (a pod with shareProcessNamespace: true); what vLLM runs wins over model.* "
+        '(docs/kubernetes.md, "Tensor and pipeline parallelism")',
     ),
     Setting(
         "model",

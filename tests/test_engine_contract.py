@@ -78,6 +78,7 @@ def acme_page(i: int) -> bytes:
             f'acme_requests_queued{{model="{MODEL}",dp_rank="{rank}",why="kv"}} {56 + i}',
             f'acme_requests_queued{{model="{MODEL}",dp_rank="{rank}",why="priority"}} 0',
             f"acme_preempted_total{series} {10 + 3 * i}",
+            f'acme_preempted_by_total{{model="{MODEL}",dp_rank="{rank}",why="no_memory"}} {10 + 3 * i}',
             f"acme_prefix_lookup_tokens_total{series} {11264 + 1000 * i}",
             f"acme_prefix_hit_tokens_total{series} {200 * i}",
             f"acme_prompt_tokens_total{series} {40000 + 4096 * i}",
@@ -113,6 +114,7 @@ NEEDED = frozenset(
         "acme_requests_queued",
         "acme_sleeping",
         "acme_refused_total",
+        "acme_preempted_by_total",
         "acme_offload_usage",
     ]
     + [f + s for f in HISTOGRAMS.values() for s in ("_bucket", "_count", "_sum")]
@@ -158,6 +160,9 @@ def acme_normalise(samples, *, label_values_limit: int = 32, capacity_tokens: in
         elif name == "acme_refused_total":
             refused = fields[key].setdefault("admission_rejections_by_reason", {})
             refused[labels["why"]] = float(value)  # type: ignore[index]
+        elif name == "acme_preempted_by_total":
+            preempted = fields[key].setdefault("preemptions_by_reason", {})
+            preempted[labels["why"]] = float(value)  # type: ignore[index]
         elif name == "acme_offload_usage":
             offload = fields[key].setdefault("offload_usage_by_tier", {})
             offload[labels["tier"]] = float(value)  # type: ignore[index]
@@ -243,6 +248,7 @@ def test_the_made_up_engines_figures_are_the_hand_computed_ones(acme_sidecar):
     assert value("kvcache_prefix_cache_hit_ratio") == pytest.approx(0.2)
     # one refusal a step, the counter passed on as it is; the offload tier's usage as Acme reports it
     assert value("kvcache_admission_rejections_total", reason="queue_full") == 7
+    assert value("kvcache_preemptions_by_reason_total", reason="no_memory") == 10 + 3 * 7  # as the total
     assert value("kvcache_offload_usage_ratio", tier="cpu") == 0.5
     info = [labels for labels, _ in exported["kvcache_server_info"] if labels["engine"] == "0"]
     assert info[0]["engine_kind"] == "acme" and info[0]["num_gpu_blocks"] == "48"

@@ -286,3 +286,34 @@ def test_time_until_full_leaves_0_soon_after_the_load_drops(server):
         h.close()
     assert seen[-1] == float("inf")  # a flat 0.3: not filling
     assert seen.index(float("inf")) <= 4  # within 25 s: the full samples have left the last 20 s
+
+
+def test_the_gpu_memory_the_advice_sizes_with_is_exported_with_the_gpus_name(server):
+    # kvcache_gpu_memory_bytes: M as the suggestion takes it (the dashboards size each workload's
+    # --gpu-memory-utilization from it), with model.gpu_memory's GPU name; inferred: the same M the
+    # suggestion above is computed with, and no name.
+    server.behaviour = ok(LOAD.replace('kv_cache_memory_bytes="1073741824"', BY_UTIL).encode())
+    flags = {("model", "config"): TINY, ("forecast", "peak_window"): "10s", ("forecast", "utilization_min"): 0.01}
+    named = Harness(server, flags={**flags, ("model", "gpu_memory"): "h100 80gb"})
+    inferred = Harness(
+        server,
+        flags={
+            **flags,
+            ("model", "weights_memory"): "100MiB",
+            ("model", "activation_memory"): "50MiB",
+            ("model", "non_torch_memory"): "20MiB",
+        },
+    )
+    try:
+        for h in (named, inferred):
+            for _ in range(3):
+                h.scrape(advance_s=5)
+        h100 = round(79.19 * 2**30)  # GPU_TOTAL_GIB["H100-80GB"]: what vLLM logs as an H100 80GB's total
+        assert named.value("kvcache_gpu_memory_bytes", basis="configured", gpu="H100-80GB") == h100
+        m = (1_048_576 * 1024 + 170 * MiB) / 0.92
+        assert inferred.value("kvcache_gpu_memory_bytes", basis="inferred", gpu="") == pytest.approx(m)
+        expected = 0.92 + (76_672 - 1_048_576) * 1024 / m
+        assert inferred.value("kvcache_suggested_gpu_memory_utilization", basis="inferred") == pytest.approx(expected)
+    finally:
+        named.close()
+        inferred.close()

@@ -8,14 +8,14 @@ this copy of it true:
     core      core                       sidecar (the version), units, reasons, thresholds,
                                          alert_params, reload_status, generations, limits, metrics,
                                          observation, derive, page_parser, input_files, atomic_write,
-                                         logs, capacity.*, forecast.*
+                                         logs, capacity.*, forecast.*, engine_cmdline
     engines   core                       engines.*
     config    core, engines              setting_parsers, settings, config, model_discovery
     layers    core .. config             state, exporter, layers.*
     pipeline  core .. layers             pipeline
     edge      core .. pipeline           scrape, page_readers, history, history_writer, model_source,
-                                         scrape_loop, reload, webconfig, endpoint, daemon, outbound,
-                                         prometheus_api
+                                         process_discovery, scrape_loop, reload, webconfig, endpoint,
+                                         daemon, outbound, prometheus_api
     apps      every layer                cli, demo, replay, forecast_validation, capacity.cli,
                                          artifacts.*, report.*, simulator.*
 
@@ -138,6 +138,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "logs",
             "capacity.*",
             "forecast.*",
+            "engine_cmdline",
         ),
     ),
     ("engines", ("engines.*",)),
@@ -152,6 +153,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "history",
             "history_writer",
             "model_source",
+            "process_discovery",
             "scrape_loop",
             "reload",
             "webconfig",

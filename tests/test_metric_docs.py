@@ -89,6 +89,9 @@ def full_run_registry(tmp_path_factory):
         "# TYPE vllm:kv_offload_cpu_cache_usage_perc gauge\n"
         'vllm:kv_offload_cpu_cache_usage_perc{engine="0",model_name="models/tiny-llama-gqa-bf16"} 0.25\n'
     )
+    # No released vLLM exports vllm:num_preemptions_by_reason (vLLM PR #58037): the family as
+    # tests/fixtures/metrics/vllm-pr58037/ constructs it (README there) is added so its gauge is emitted.
+    offload += (CPU_032.parent / "vllm-pr58037" / "num_preemptions_by_reason_fcfs.txt").read_text()
     by_util = [
         p.replace('kv_cache_memory_bytes="6291456"', 'kv_cache_memory_bytes="None"') + offload for p in (full_a, full_b)
     ]

@@ -22,7 +22,7 @@ def scrape_of(path):
 
 
 def test_every_metrics_fixture_is_found():
-    assert len(ALL_FIXTURES) == 9, ALL_FIXTURES
+    assert len(ALL_FIXTURES) == 10, ALL_FIXTURES
     assert len(CPU_CAPTURES) == 5
 
 
@@ -87,7 +87,7 @@ def test_the_pool_is_typed_once_from_the_labels():
     assert (pool.kv_dtype, pool.max_model_len, pool.prefix_caching, pool.hybrid) == ("auto", 1024, True, False)
     assert (pool.memory_lever, pool.memory_fraction) == ("gpu_memory_utilization", 0.92)
     assert pool.kv_cache_memory_bytes == 6291456
-    assert pool.version_floor == "0.21.0"  # kv_cache_size_tokens dates the server (capacity/vllm_rules.py)
+    assert pool.version_floor == "0.32.0"  # cache_hit_alignment_tokens dates the server (capacity/vllm_rules.py)
     assert pool.info["num_gpu_blocks"] == "48"  # the display strings stay verbatim for kvcache_server_info
 
 

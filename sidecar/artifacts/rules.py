@@ -252,10 +252,27 @@ def workload_recording_rules(kept: tuple[str, ...] = KEPT_LABELS) -> list[dict[s
     - ``kvcache_capacity_tokens:count``: the replicas with a KV pool (vLLM's capacity is exported);
     - ``kvcache_usable_tokens:min``: the smallest replica's usable tokens (capacity − the null
       block: ``kvcache_used_tokens + kvcache_free_tokens``), of the replicas with a capacity.
+
+    And the terms of the workload's ``--gpu-memory-utilization`` (``suggest_gpu_memory_utilization``
+    in ``sidecar/forecast/sizing.py``: ``u* = u0 + (C* − C0) × bytes_per_token ÷ M``, rewritten
+    ``u* = (u0 − C0 × k) + C* × k`` with ``k = bytes_per_token ÷ M``, the share of the GPU one token
+    takes), per replica, the smallest and the largest (equal when the replicas run one pool; the
+    dashboards show the value only then):
+
+    - ``kvcache_gpu_memory_utilization_per_token:min|max``: ``k``, from
+      ``kvcache_theoretical_bytes_per_token`` and ``kvcache_gpu_memory_bytes`` (M, as the advice sizes);
+    - ``kvcache_gpu_memory_utilization_non_kv:min|max``: ``u0 − C0 × k``, the share not holding KV;
+    - ``kvcache_block_size:max``: capacity − usable (vLLM's null block is one block);
+    - ``kvcache_kv_cache_memory_bytes:count``: replicas sized by ``--kv-cache-memory-bytes`` (a byte count
+      in ``kvcache_server_info``; vLLM ignores the utilization then);
+    - ``kvcache_gpu_memory_bytes:count`` by ``gpu`` too: the GPU's name where ``model.gpu_memory`` gave one.
     """
-    by = f"by ({', '.join((*kept, 'namespace', 'model_name', WORKLOAD_LABEL))})"
+    labels = (*kept, "namespace", "model_name", WORKLOAD_LABEL)
+    by = f"by ({', '.join(labels)})"
     demand = f"max_over_time(kvcache_demand_tokens[{WORKLOAD_DEMAND_WINDOW}])"
     level = "namespace_model_workload"
+    per_token = "(kvcache_theoretical_bytes_per_token / max without (basis, gpu) (kvcache_gpu_memory_bytes))"
+    non_kv = f"(kvcache_gpu_memory_utilization - kvcache_capacity_tokens * {per_token})"
     return [
         {"record": f"{level}:kvcache_demand_tokens:sum_max1m", "expr": f"sum {by} ({demand})"},
         {"record": f"{level}:kvcache_demand_tokens:max_max1m", "expr": f"max {by} ({demand})"},
@@ -263,6 +280,24 @@ def workload_recording_rules(kept: tuple[str, ...] = KEPT_LABELS) -> list[dict[s
         {
             "record": f"{level}:kvcache_usable_tokens:min",
             "expr": f"min {by} ((kvcache_used_tokens + kvcache_free_tokens) and kvcache_capacity_tokens)",
+        },
+        *(
+            {"record": f"{level}:kvcache_gpu_memory_utilization_{name}:{op}", "expr": f"{op} {by} {expr}"}
+            for name, expr in (("per_token", per_token), ("non_kv", non_kv))
+            for op in ("min", "max")
+        ),
+        {
+            "record": f"{level}:kvcache_block_size:max",
+            "expr": f"max {by} (kvcache_capacity_tokens - (kvcache_used_tokens + kvcache_free_tokens))",
+        },
+        {
+            "record": f"{level}:kvcache_kv_cache_memory_bytes:count",
+            # a byte count, as the report reads the label ("" and vLLM's "None": not set)
+            "expr": f'count {by} (kvcache_server_info{{kv_cache_memory_bytes=~"0*[1-9][0-9]*([.][0-9]*)?"}})',
+        },
+        {
+            "record": f"{level}:kvcache_gpu_memory_bytes:count",
+            "expr": f"count by ({', '.join((*labels, 'gpu'))}) (kvcache_gpu_memory_bytes)",
         },
     ]
 

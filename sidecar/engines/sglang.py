@@ -387,6 +387,7 @@ ABSENT: dict[str, str] = {
     "usage gauge the adapter maps",
     "kvcache_admission_rejections_total": "not read from SGLang's page: it has no counter of requests "
     "refused at admission",
+    "kvcache_preemptions_by_reason_total": "SGLang's retractions (num_retracted_requests_total) carry no reason",
     "kvcache_gpu_memory_utilization": NO_FRACTION,
     "kvcache_suggested_gpu_memory_utilization": NO_FRACTION + ": the suggestion needs it",
     "kvcache_capacity_shortfall_tokens": NO_FRACTION + ": the largest pool it allows is unknown",

@@ -101,6 +101,7 @@ ABSENT: dict[str, str] = {
     "kvcache_offload_usage_ratio": "TGI has no KV offload tier",
     "kvcache_admission_rejections_total": "not read: TGI counts refusals among tgi_request_failure by error "
     "type, not by admission reason",
+    "kvcache_preemptions_by_reason_total": "TGI never preempts, it queues",
     "kvcache_usage_ratio": NO_USAGE,
     "kvcache_used_tokens": NO_USAGE,
     "kvcache_free_tokens": NO_USAGE,

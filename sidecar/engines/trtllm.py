@@ -150,6 +150,7 @@ TRITON: dict[tuple[str, str], Field] = {
 ABSENT: dict[str, str] = {
     "kvcache_offload_usage_ratio": "TRT-LLM's host offload (secondary memory pool) exports no usage on the page",
     "kvcache_admission_rejections_total": "TRT-LLM's page has no counter of requests refused at admission",
+    "kvcache_preemptions_by_reason_total": "TRT-LLM counts no preemptions (as kvcache_preemptions_total)",
     "kvcache_preemptions_total": "TRT-LLM counts no preemptions: trtllm_num_paused_requests is a gauge of "
     "requests paused now, and the Triton backend exports none",
     "kvcache_preemptions_per_second": "no preemption counter (see kvcache_preemptions_total)",

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal, TypedDict, cast
 
 from ..capacity.vllm_rules import served_version
@@ -68,7 +68,9 @@ ScalarField = Literal[
     "generation_tokens",
     "offload_usage_ratio",
 ]
-LabelField = Literal["requests_waiting_by_reason", "sleep_state", "admission_rejections_by_reason"]
+LabelField = Literal[
+    "requests_waiting_by_reason", "sleep_state", "admission_rejections_by_reason", "preemptions_by_reason"
+]
 HistogramField = Literal["prompt_length", "generation_length"]
 Fold = Literal["max", "sum"]
 
@@ -98,6 +100,13 @@ BY_LABEL: dict[LabelField, tuple[str, str]] = {
     # a counter without an ``engine`` label (vLLM PR #55812: one API-server queue per model), given to
     # the model's lowest engine (:func:`_read_admission_rejections`)
     "admission_rejections_by_reason": ("vllm:admission_rejections_total", "reason"),
+    # a counter per engine and reason (vLLM PR #58037, open when this was written: proposed after 0.32):
+    # reason="kv_full" (no free KV block for a running request), "priority" (evicted for a higher-priority
+    # request under --scheduling-policy priority), "prefix_cache_reset" (reset_prefix_cache with requests
+    # running); the reasons sum to vllm:num_preemptions_total. The PR declares it like
+    # vllm:num_preemptions, whose prometheus_client Counter is exposed with "_total" only
+    # (docs/vllm-metrics.md); :func:`_read_preemptions_by_reason`
+    "preemptions_by_reason": ("vllm:num_preemptions_by_reason_total", "reason"),
 }
 
 #: Histograms: Observation field -> family name (samples ``_bucket``, ``_count``, ``_sum``).
@@ -166,6 +175,7 @@ class _ObservationFields(TypedDict, total=False):
     requests_waiting: float | None
     requests_waiting_by_reason: Mapping[str, float]
     admission_rejections_by_reason: Mapping[str, float]
+    preemptions_by_reason: Mapping[str, float]
     requests_swapped: float | None
     prompt_tokens: float | None
     generation_tokens: float | None
@@ -244,6 +254,7 @@ def normalise(
     _read_by_label(by_name, fields, rejections, label_values_limit)
     _read_histograms(by_name, fields, rejections)
     _read_admission_rejections(by_name, fields, rejections, label_values_limit)
+    _read_preemptions_by_reason(by_name, fields, rejections, label_values_limit)
     # No fields (e.g. an engine still starting, only the info gauge): no per-model state yet.
     operators = None if capacity_tokens is None else operator_pool(capacity_tokens)
     observations = [
@@ -469,11 +480,29 @@ def _read_admission_rejections(
             fields[(model, engines[0])]["admission_rejections_by_reason"] = counts
 
 
+def _read_preemptions_by_reason(
+    by_name: _ByName, fields: defaultdict[_Key, _Fields], rejections: Rejections, label_values_limit: int
+) -> None:
+    """``vllm:num_preemptions_by_reason_total{model_name, engine, reason}`` (vLLM PR #58037): per engine and
+    reason, ``pid`` copies summed (a counter per process, like ``vllm:num_preemptions_total``); at most
+    ``label_values_limit`` reasons per engine, the first in page order. Only ``kv_full`` is KV capacity
+    pressure; the total (``preemptions``) stays the figure of rates and alerts."""
+    name, label = BY_LABEL["preemptions_by_reason"]
+    for key, counts in _split_by_label(by_name, name, label, rejections, label_values_limit, combine=sum).items():
+        fields[key]["preemptions_by_reason"] = counts
+
+
 def _split_by_label(
-    by_name: _ByName, name: str, label: str, rejections: Rejections, limit: int
+    by_name: _ByName,
+    name: str,
+    label: str,
+    rejections: Rejections,
+    limit: int,
+    combine: Callable[[tuple[float, float]], float] = max,
 ) -> dict[_Key, dict[str, float]]:
-    """``name``'s usable values per (model_name, engine) and value of ``label``, the max over copies;
-    at most ``limit`` values of ``label`` per engine (0 = no limit), the first in page order."""
+    """``name``'s usable values per (model_name, engine) and value of ``label``, copies combined by
+    ``combine`` (the max of a gauge's copies; ``sum`` for a counter per process); at most ``limit``
+    values of ``label`` per engine (0 = no limit), the first in page order."""
     grouped: dict[_Key, dict[str, float]] = defaultdict(dict)
     for labels, value in by_name.get(name, ()):
         if not _usable("", value):
@@ -484,7 +513,7 @@ def _split_by_label(
         if which not in bucket and limit and len(bucket) >= limit:
             rejections.add("label_values", f"{name}{{{label}}}", repr(which[:40]))
             continue
-        bucket[which] = max(bucket.get(which, value), value)
+        bucket[which] = combine((bucket[which], value)) if which in bucket else value
     return grouped
 
 

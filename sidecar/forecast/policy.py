@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from ..capacity import trtllm_fraction
 from ..capacity.budget import NonKVBytes
+from ..capacity.vllm_rules import NEW_UTILIZATION_FLAG, OLD_UTILIZATION_FLAG
 from .recommendation import Recommendation, recommend
 from .sizing import (
     capacity_at_utilization,
@@ -100,7 +101,8 @@ class Pool:
     #: blocks never allocatable (vLLM 1, the null block; SGLang and TensorRT-LLM 0)
     null_blocks: int = 1
     #: the flag's spelling when it differs from :data:`LEVERS`' (vLLM's ``--device-memory-utilization``
-    #: alias, named when the server's version has it)
+    #: alias, named when the server's version has it: ``vllm_rules.utilization_flag(version)`` of the page's
+    #: version floor or ``model.vllm_version``)
     flag: str | None = None
 
 
@@ -118,6 +120,9 @@ class ServedModel:
     #: The non-KV bytes on one rank, evaluated only when the advice needs them (an estimate can fail
     #: for a model the capacity model cannot size; that must not matter when nothing reads it).
     non_kv_bytes: Callable[[], NonKVBytes]
+    #: ``model.gpu_memory`` when given as a GPU name (``H100-80GB``, as
+    #: :func:`sidecar.capacity.budget.gpu_name` spells it), else ""
+    gpu_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -417,7 +422,14 @@ def utilization_text(u: float) -> str:
 
 
 def lever_flag(pool: Pool) -> str | None:
-    """The flag that sets the pool's lever, as the engine's command line spells it (None: no lever)."""
+    """The flag that sets the pool's lever, as the engine's command line spells it (None: no lever).
+
+    vLLM's utilization is ``--gpu-memory-utilization``, which every version accepts, unless ``Pool.flag``
+    names the alias ``--device-memory-utilization`` (vLLM PR #56547, from 0.31.0:
+    :func:`sidecar.capacity.vllm_rules.utilization_flag`). The exact flags (:func:`current_flags`,
+    :func:`flags_to_set`) name one spelling, to paste as it is: both on one command line set the same
+    value twice, the last silently winning. The sentence (:func:`advice_text`) names both.
+    """
     if pool.flag:
         return pool.flag
     lever = LEVERS.get(pool.memory_lever or "")
@@ -474,6 +486,12 @@ def advice_text(advice: Advice, pool: Pool) -> str:
         return ""
     if memory_mode(pool) == "free_gpu_memory_fraction":
         return trtllm_fraction.advice_text(u[1])
+    if flag == NEW_UTILIZATION_FLAG:
+        # an operator whose command line says --gpu-memory-utilization must recognise the setting
+        return (
+            f"{flag} {utilization_text(u[1])} (alias of {OLD_UTILIZATION_FLAG}: change whichever your command "
+            "line uses; a share of the GPU's TOTAL memory)"
+        )
     return f"{flag} {utilization_text(u[1])} (a share of the GPU's TOTAL memory)"
 
 
@@ -604,3 +622,24 @@ def _concurrency(capacity: float, pool: Pool) -> int | None:
         request_tokens=pool.max_model_len,
         block_size=pool.block_size,
     )
+
+
+def sizing_gpu_memory(pool: Pool, model: ServedModel | None) -> tuple[float, str] | None:
+    """(M, basis): the GPU memory per rank the memory suggestion is sized with, as :func:`advise` takes it.
+
+    ``kvcache_gpu_memory_bytes`` exports it, so that a dashboard can size a whole workload's
+    ``--gpu-memory-utilization`` with the same formula (``u* = u0 + (C* − C0) × bytes_per_token ÷ M``,
+    :func:`~sidecar.forecast.sizing.suggest_gpu_memory_utilization`). ``model.gpu_memory`` when
+    configured (basis "configured"); else, for a pool sized by vLLM's ``gpu_memory_utilization``,
+    :func:`gpu_memory_of` inferred from the pool exactly as :func:`advise` infers it (basis
+    "inferred"); None when the advice has no M either (no ``model.config``, no utilization).
+    """
+    if model is None:
+        return None
+    if model.gpu_memory_bytes:
+        return float(model.gpu_memory_bytes), "configured"
+    u0 = pool.gpu_memory_utilization
+    if memory_mode(pool) != "gpu_memory_utilization" or not u0:
+        return None
+    memory, basis = gpu_memory_of(model, _with_null_block(pool), model.bytes_per_token, u0)
+    return (memory, basis) if memory else None

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import capacity as cap
 from .. import model_discovery as discovery
 from ..capacity.blocks import parse_version
 from ..config import ModelSettings
+from ..engine_cmdline import EngineArgs
 from ..forecast.policy import ServedModel
 from ..metrics import Gauge, MetricDoc, entry
 from ..observation import KVPool
@@ -39,6 +40,92 @@ MODEL_INFO = entry("kvcache_model_info")
 THEORETICAL_CAPACITY = entry("kvcache_theoretical_capacity_tokens")
 EFFICIENCY = entry("kvcache_capacity_efficiency_ratio")
 DOMINANT_OVERHEAD = entry("kvcache_budget_dominant_overhead_info")
+SETTING_INFO = entry("kvcache_model_setting_info")
+
+#: kvcache_model_setting_info's sources
+CMDLINE, METRICS, CONFIG, DEFAULT = "cmdline", "metrics", "config", "default"
+
+
+@dataclass(frozen=True)
+class Served:
+    """The serving settings the capacity model uses for one engine, and where each came from
+    (``sources``: setting -> (value as text, source); a setting nobody gave is not there).
+
+    Precedence (docs/configuration.md, ``model.process_discovery``): vLLM's page for what it exports,
+    then vLLM's command line (what runs), then the ``model:`` section, then vLLM's default."""
+
+    tp: int = 1
+    pp: int = 1
+    dtype: str | None = None
+    kv_cache_dtype: str = "auto"
+    max_model_len: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enforce_eager: bool = False
+    sources: dict[str, tuple[str, str]] = field(default_factory=dict, compare=False)
+
+
+def _text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _first(*candidates: tuple[object, str]) -> tuple[object, str] | None:
+    """The first (value, source) whose value is not None."""
+    return next((c for c in candidates if c[0] is not None), None)
+
+
+def served_settings(settings: ModelSettings, pool: KVPool | None, learnt: EngineArgs | None) -> Served:
+    """What one engine runs with, from its page (``pool``), its command line (``learnt``: None when
+    not read) and the ``model:`` section, in that order (:class:`Served`). A command line read whole
+    (its ``--config`` file too) also says what it leaves out: vLLM's default (TP 1, PP 1, dtype auto,
+    CUDA graphs on)."""
+    whole = learnt is not None and not any(p.startswith("--config") for p in learnt.problems)
+    cmd = learnt or EngineArgs()
+    implied = CMDLINE if whole else None
+    util = pool.memory_fraction if pool is not None and pool.memory_lever == "gpu_memory_utilization" else None
+    page = pool or KVPool()
+    picks: dict[str, tuple[object, str] | None] = {
+        "tensor_parallel_size": _first(
+            (cmd.tensor_parallel_size, CMDLINE),
+            (1 if implied else None, CMDLINE),
+            (settings.tensor_parallel_size, CONFIG if settings.tensor_parallel_size != 1 else DEFAULT),
+        ),
+        "pipeline_parallel_size": _first(
+            (cmd.pipeline_parallel_size, CMDLINE),
+            (1 if implied else None, CMDLINE),
+            (settings.pipeline_parallel_size, CONFIG if settings.pipeline_parallel_size != 1 else DEFAULT),
+        ),
+        "dtype": _first(
+            (cmd.dtype, CMDLINE), ("auto" if implied else None, CMDLINE), (settings.dtype, CONFIG), ("auto", DEFAULT)
+        ),
+        "kv_cache_dtype": _first((page.kv_dtype, METRICS), (cmd.kv_cache_dtype, CMDLINE), ("auto", DEFAULT)),
+        "max_model_len": _first((page.max_model_len, METRICS), (cmd.max_model_len, CMDLINE)),
+        "kv_cache_memory_bytes": _first(
+            (page.kv_cache_memory_bytes or None, METRICS), (cmd.kv_cache_memory_bytes, CMDLINE)
+        ),
+        "gpu_memory_utilization": _first((util, METRICS), (cmd.gpu_memory_utilization, CMDLINE)),
+        "max_num_seqs": _first((cmd.max_num_seqs, CMDLINE)),
+        "max_num_batched_tokens": _first((cmd.max_num_batched_tokens, CMDLINE)),
+        "enforce_eager": _first((cmd.enforce_eager, CMDLINE), (False if implied else None, CMDLINE)),
+    }
+    got = {name: pick for name, pick in picks.items() if pick is not None}
+    value = {name: pick[0] for name, pick in got.items()}
+    dtype = value.get("dtype")
+    return Served(
+        tp=int(value["tensor_parallel_size"]),  # type: ignore[call-overload]
+        pp=int(value["pipeline_parallel_size"]),  # type: ignore[call-overload]
+        dtype=None if dtype in (None, "auto") else str(dtype),
+        kv_cache_dtype=str(value["kv_cache_dtype"]),
+        max_model_len=value.get("max_model_len"),  # type: ignore[arg-type]
+        kv_cache_memory_bytes=value.get("kv_cache_memory_bytes"),  # type: ignore[arg-type]
+        gpu_memory_utilization=value.get("gpu_memory_utilization"),  # type: ignore[arg-type]
+        max_num_seqs=value.get("max_num_seqs"),  # type: ignore[arg-type]
+        max_num_batched_tokens=value.get("max_num_batched_tokens"),  # type: ignore[arg-type]
+        enforce_eager=bool(value.get("enforce_eager", False)),
+        sources={name: (_text(v), src) for name, (v, src) in got.items()},
+    )
 
 
 @dataclass(frozen=True)
@@ -77,6 +164,10 @@ class ModelSlot:
     problem: str | None = None
     #: the edge's watcher filling this slot (a ModelSource), made at the first refresh
     watcher: object | None = None
+    #: what each target's vLLM runs, read from its command line (sidecar.process_discovery): target -> args
+    learnt: dict[str, EngineArgs] = field(default_factory=dict)
+    #: the edge's process watchers, one per target (ProcessDiscovery), made at the first refresh
+    finders: dict[str, object] = field(default_factory=dict)
 
 
 class CapacityLayer:
@@ -97,7 +188,7 @@ class CapacityLayer:
         self.slot = ModelSlot(settings, retry_s)
         #: the model the caches below were computed for (a new one empties them)
         self._model: cap.ModelSpec | None = None
-        self._layouts: dict[tuple[int | None, str, int | None], cap.KVLayout] = {}
+        self._layouts: dict[tuple[object, ...], cap.KVLayout] = {}
         #: warnings already logged: ("estimate", engine) and (engine key, budget)
         self._warned: set[tuple[object, str]] = set()
         #: engines whose settings the model cannot follow: the problem and the scrapes since it began
@@ -124,50 +215,64 @@ class CapacityLayer:
         """Where loading stands (kvcache_model_config_loaded's reason)."""
         return self.slot.reason
 
-    def layout(self, *, block_size: int | None, kv_dtype: str | None, max_model_len: int | None) -> cap.KVLayout:
+    def served(self, target: str, pool: KVPool | None) -> Served:
+        """What the engines of ``target`` run with (:func:`served_settings` on what the edge learnt)."""
+        return served_settings(self.settings, pool, self.slot.learnt.get(target))
+
+    def layout(
+        self, *, block_size: int | None, kv_dtype: str | None, max_model_len: int | None, served: Served | None = None
+    ) -> cap.KVLayout:
         """The layout the engine built: its block size, KV dtype and ``max_model_len`` on the loaded model
-        (``kv_dtype`` other than fp8 or auto reads as the model's dtype)."""
+        (``kv_dtype`` other than fp8 or auto reads as the model's dtype), with the parallel sizes and
+        dtype of ``served`` (None: the ``model:`` section's)."""
         dtype = (kv_dtype or "auto").lower()
-        key = (block_size, dtype, max_model_len)
+        run = served or served_settings(self.settings, None, None)
+        key = (block_size, dtype, max_model_len, run.tp, run.pp, run.dtype, run.max_num_batched_tokens)
         spec = self.spec
         if key not in self._layouts:
+            extra = {} if run.max_num_batched_tokens is None else {"max_num_batched_tokens": run.max_num_batched_tokens}
             self._layouts[key] = cap.kv_layout(
                 spec,
-                tp=self.settings.tensor_parallel_size,
-                pp=self.settings.pipeline_parallel_size,
-                dtype=self.settings.dtype,
+                tp=run.tp,
+                pp=run.pp,
+                dtype=run.dtype,
                 kv_cache_dtype=dtype if dtype in _FP8 + ("auto",) else "auto",
                 block_size=block_size,
                 max_model_len=max_model_len,
+                **extra,  # type: ignore[arg-type]
             )
         return self._layouts[key]
 
-    def theory(self, pool: KVPool | None, engine: str = "0") -> Theory | None:
+    def theory(self, pool: KVPool | None, engine: str = "0", served: Served | None = None) -> Theory | None:
         """The model's figures for this pool's settings; None without a pool, while the model is not
-        loaded, or when the model cannot follow the engine's settings."""
-        answer = self._compute(pool, engine)
+        loaded, or when the model cannot follow the engine's settings. ``served``: what the engine runs
+        with (:meth:`served`; None: the page and the ``model:`` section)."""
+        answer = self._compute(pool, engine, served)
         return answer if isinstance(answer, Theory) else None
 
-    def _compute(self, pool: KVPool | None, engine: str) -> Theory | str | None:
+    def _compute(self, pool: KVPool | None, engine: str, served: Served | None = None) -> Theory | str | None:
         """:meth:`theory`, or the problem (text) when the model cannot follow the engine's settings."""
         if pool is None or not self.ready:
             return None
+        run = served or served_settings(self.settings, pool, None)
         try:
-            layout = self.layout(block_size=pool.block_size, kv_dtype=pool.kv_dtype, max_model_len=pool.max_model_len)
+            layout = self.layout(
+                block_size=pool.block_size, kv_dtype=run.kv_cache_dtype, max_model_len=run.max_model_len, served=run
+            )
         except cap.CapacityError as e:
             return str(e)
         exact = estimated = None
         budget = None
-        kv_bytes = pool.kv_cache_memory_bytes
+        kv_bytes = run.kv_cache_memory_bytes
         if kv_bytes:
-            exact = self._tokens(layout, kv_bytes, pool.max_model_len)
-        util = pool.memory_fraction if pool.memory_lever == "gpu_memory_utilization" else None
+            exact = self._tokens(layout, kv_bytes, run.max_model_len)
+        util = run.gpu_memory_utilization
         if self.gpu_memory and util and not kv_bytes:
-            budget, estimated = self._estimate(layout, util, pool, engine)
+            budget, estimated = self._estimate(layout, util, pool, engine, run)
         return Theory(layout, exact, estimated, budget)
 
     def _estimate(
-        self, layout: cap.KVLayout, util: float, pool: KVPool, engine: str
+        self, layout: cap.KVLayout, util: float, pool: KVPool, engine: str, run: Served
     ) -> tuple[cap.Budget | None, int | None]:
         """The estimated budget at ``util`` of the GPU's memory and the capacity it gives. When the
         capacity cannot be had (e.g. the weights alone exceed the budget) the budget's terms stay (they
@@ -185,13 +290,15 @@ class CapacityLayer:
                     vllm_version=rules_version(pool.version_floor, m.vllm_version),
                     gpu_name=cap.gpu_name(m.gpu_memory) if m.gpu_memory else None,
                     max_num_batched_tokens=layout.max_num_batched_tokens,
+                    max_num_seqs=run.max_num_seqs,
+                    enforce_eager=run.enforce_eager,
                 ),
                 weights=m.weights_memory,
                 activation_bytes=m.activation_memory,
                 non_torch_bytes=m.non_torch_memory,
                 cudagraph_bytes=m.cudagraph_memory,
             )
-            return budget, self._tokens(layout, budget.kv_budget_bytes, pool.max_model_len)
+            return budget, self._tokens(layout, budget.kv_budget_bytes, run.max_model_len)
         except cap.CapacityError as e:
             if ("estimate", engine) not in self._warned:
                 self._warned.add(("estimate", engine))
@@ -212,6 +319,7 @@ class CapacityLayer:
             tensor_parallel=layout.tp,
             gpu_memory_bytes=self.gpu_memory,
             non_kv_bytes=functools.partial(self.non_kv_bytes, layout),
+            gpu_name=(cap.gpu_name(self.settings.gpu_memory) or "") if self.settings.gpu_memory else "",
         )
 
     def non_kv_bytes(self, layout: cap.KVLayout) -> cap.NonKVBytes:
@@ -247,10 +355,12 @@ class CapacityLayer:
         """The capacity gauges of one engine; hands the served model on to the next layer (the forecast's
         advice) as :attr:`Step.served_model`."""
         key, pool = step.key, step.observation.pool
-        th = self._compute(pool, key[2])
+        run = self.served(key[0], pool)
+        th = self._compute(pool, key[2], run)
         self._follow(key, th)
         reason = self.reason
         out: dict[MetricDoc, Gauge] = {MODEL_CONFIG_LOADED: {(reason,): 1.0 if reason == discovery.LOADED else 0.0}}
+        out[SETTING_INFO] = {(name, value, source): 1.0 for name, (value, source) in run.sources.items()}
         if not isinstance(th, Theory) or pool is None:
             return out
         layout = th.layout

@@ -23,7 +23,7 @@ from typing import Any
 from .. import forecast as fc
 from ..config import ForecastSettings
 from ..derive import Derived
-from ..forecast.policy import Advice, AdviceSettings, Pool, advise
+from ..forecast.policy import Advice, AdviceSettings, Pool, advise, sizing_gpu_memory
 from ..forecast.trend import DEFAULT_SEGMENTS
 from ..metrics import Gauge, MetricDoc, entry
 from ..observation import Histogram, KVPool, Observation
@@ -45,6 +45,7 @@ SUGGESTED_UTILIZATION = entry("kvcache_suggested_gpu_memory_utilization")
 SHORTFALL = entry("kvcache_capacity_shortfall_tokens")
 SUGGESTED_REPLICAS = entry("kvcache_suggested_replicas")
 LEVER_CAPACITY = entry("kvcache_lever_capacity_tokens")
+GPU_MEMORY = entry("kvcache_gpu_memory_bytes")
 _Out = dict[MetricDoc, Gauge]
 
 
@@ -135,14 +136,19 @@ class ForecastLayer:
         if d.capacity_tokens is None or not peaks:  # no capacity figure (a hybrid model) or no demand yet
             out[RECOMMENDATION] = {("none", "insufficient_data"): 1.0}
             return out
+        advice_pool = _advice_pool(pool, d.capacity_tokens, obs)
         advice = advise(
             peak_demand_tokens=peaks[0][1],  # the largest demand of the peak window
             watched_s=now - self._first_seen.get(key, now),
-            pool=_advice_pool(pool, d.capacity_tokens, obs),
+            pool=advice_pool,
             model=step.served_model,
             settings=self.advice_settings,
         )
         out.update(_advice_gauges(advice))
+        memory = sizing_gpu_memory(advice_pool, step.served_model)
+        if memory is not None and step.served_model is not None:
+            gpu = step.served_model.gpu_name if memory[1] == "configured" else ""
+            out[GPU_MEMORY] = {(memory[1], gpu): memory[0]}
         return out
 
     def _concurrency(

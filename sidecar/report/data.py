@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import MutableSequence
+from collections.abc import Mapping, MutableSequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,13 +152,40 @@ class Period:
 
 @dataclass(frozen=True, order=True)
 class ModelKey:
-    """A served model: the report's first level."""
+    """A workload serving a model: the report's first level, one recommendation each.
+
+    The namespace and model, and where the series carry them the ``workload`` label (the owner
+    Deployment or StatefulSet, set by the PodMonitor) and the ``cluster`` label (an external label
+    behind Thanos, Mimir or federation): two Deployments serving one model in one namespace, or one
+    model in two clusters, are two workloads, as on the dashboards' "Advice per workload" tables
+    (the recording rules aggregate ``by (cluster, namespace, model_name, workload)``). Without those
+    labels a workload is the namespace and model, and prints as before.
+    """
 
     namespace: str  # "" when the series carry no namespace label (embedded history, plain Prometheus)
     model_name: str
+    workload: str = ""  # the owner Deployment or StatefulSet ("": no workload label)
+    cluster: str = ""  # "": no cluster label
 
     def __str__(self) -> str:
-        return f"{self.namespace}/{self.model_name}" if self.namespace else self.model_name
+        name = f"{self.namespace}/{self.model_name}" if self.namespace else self.model_name
+        where = [f"workload {self.workload}"] * bool(self.workload) + [f"cluster {self.cluster}"] * bool(self.cluster)
+        return f"{name} ({', '.join(where)})" if where else name
+
+    @classmethod
+    def of(cls, labels: Mapping[str, str]) -> ModelKey:
+        """The workload a series belongs to, from its labels."""
+        return cls(
+            labels.get("namespace", ""),
+            labels.get("model_name", ""),
+            labels.get(WORKLOAD_LABEL, ""),
+            labels.get(CLUSTER_LABEL, ""),
+        )
+
+
+#: The labels that split a model into workloads (sidecar.artifacts.rules: WORKLOAD_LABEL, KEPT_LABELS).
+WORKLOAD_LABEL = "workload"
+CLUSTER_LABEL = "cluster"
 
 
 def steps(period: Period) -> array[float]:
@@ -203,6 +230,9 @@ class PodSeries:
     #: with where it has no model.config for the model (sidecar.report.figures, "exported model")
     suggested_gpu_memory_utilization_max: float | None = None  # kvcache_suggested_gpu_memory_utilization
     fp8_lever_capacity_tokens: float | None = None  # kvcache_lever_capacity_tokens{lever="fp8_kv_cache"}
+    #: the GPU memory per rank the sidecar sizes with (kvcache_gpu_memory_bytes, last seen; None: not exported)
+    gpu_memory_bytes: float | None = None
+    gpu_name: str = ""  # its gpu label: model.gpu_memory's GPU name ("": not given as a name)
     #: Figures a source reduced itself from raw samples; None = compute them from the step series.
     usage_quantiles: dict[str, float] | None = None  # keys "max", "p50", "p95", "p99"
     seconds_above: dict[str, float] | None = None  # keys "warning", "watermark": seconds with usage above each

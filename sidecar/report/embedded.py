@@ -184,6 +184,9 @@ def _read_pod_facts(store: HistoryStore, period: Period, pod: PodSeries) -> None
         pod.kv_cache_memory_bytes = float(kv_bytes) if kv_bytes else None
     model = _newest_labels(store, period, "kvcache_model_info", own)
     pod.model_info = {k: v for k, v in model.items() if k not in own}
+    found = _last(store, period, "kvcache_gpu_memory_bytes", own)  # what the sidecar sizes with, and the GPU
+    pod.gpu_memory_bytes = found[1] if found else None
+    pod.gpu_name = _newest_labels(store, period, "kvcache_gpu_memory_bytes", own).get("gpu", "")
 
 
 def _newest_labels(store: HistoryStore, period: Period, name: str, own: dict[str, str]) -> dict[str, str]:

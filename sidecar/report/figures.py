@@ -384,7 +384,8 @@ def _setting_text(raw: policy.Advice, pool: Pool) -> str:
     if raw.suggested_kv_cache_memory_bytes is not None:
         return f"--kv-cache-memory-bytes {raw.suggested_kv_cache_memory_bytes}"
     if raw.suggested_gpu_memory_utilization is not None:
-        return f"--gpu-memory-utilization {utilization_text(raw.suggested_gpu_memory_utilization[1])}"
+        flag = policy.lever_flag(pool) or "--gpu-memory-utilization"
+        return f"{flag} {utilization_text(raw.suggested_gpu_memory_utilization[1])}"
     return ""
 
 
@@ -403,7 +404,7 @@ def _change_sentence(raw: policy.Advice, pool: Pool, peak: float, new_usable: fl
     u = utilization_text(raw.suggested_gpu_memory_utilization[1])
     u0 = pool.gpu_memory_utilization
     start = f" from {u0:.2f}" if u0 else ""
-    return f"{verb} --gpu-memory-utilization{start} to {u}: {effect}."
+    return f"{verb} {policy.lever_flag(pool) or '--gpu-memory-utilization'}{start} to {u}: {effect}."
 
 
 def _sentence(
@@ -555,14 +556,17 @@ def _flag_change(now: Sequence[str], to: Sequence[str]) -> str:
     return ", ".join(parts)
 
 
-def _replicas_text(n: int, need: int, gpus: int | None) -> str:
+def _replicas_text(n: int, need: int, gpus: int | None, gpu: str = "") -> str:
+    """``H100-80GB × 2 → 3 replicas (4 → 6 GPUs)``: the GPU's name when known (``model.gpu_memory``)."""
     text = f"{n} → {need} replicas" if need != n else f"{n} replica{'s' if n != 1 else ''}"
+    if gpu:
+        text = f"{gpu} × {text}"
     if gpus:
         text += f" ({n * gpus} → {need * gpus} GPUs)" if need != n else f" ({n * gpus} GPUs)"
     return text
 
 
-def _workload_sentence(w: WorkloadAdvice, target: float, gpus: int | None) -> str:
+def _workload_sentence(w: WorkloadAdvice, target: float, gpus: int | None, gpu: str = "") -> str:
     """krr-style: current → recommended, replicas and GPUs, and what it changes, in one sentence."""
     a = w.advice
     action = a.recommendation.action
@@ -582,7 +586,7 @@ def _workload_sentence(w: WorkloadAdvice, target: float, gpus: int | None) -> st
         flag = "--" + action.split("_", 1)[1].replace("_", "-")
         verb = action.split("_", 1)[0].capitalize()
         now = f" from {', '.join(_flag_value(f)[1] for f in w.current_flags)}" if w.current_flags else ""
-        replicas = _replicas_text(n, w.replicas_needed_now, gpus)
+        replicas = _replicas_text(n, w.replicas_needed_now, gpus, gpu)
         after = w.peak_demand_tokens / (w.replicas_needed_now * usable_now)
         return (
             f"{verb} {flag}{now} (no value: no sidecar exported the model's bytes per token and sizing, and the "
@@ -593,7 +597,7 @@ def _workload_sentence(w: WorkloadAdvice, target: float, gpus: int | None) -> st
     if w.concurrency_now is not None and w.concurrency_after is not None:
         tokens += f", {w.concurrency_now} → {w.concurrency_after} max-length requests"
     return (
-        f"Set {_flag_change(w.current_flags, w.set_flags)} on {_replicas_text(n, w.replicas_needed, gpus)}: "
+        f"Set {_flag_change(w.current_flags, w.set_flags)} on {_replicas_text(n, w.replicas_needed, gpus, gpu)}: "
         f"{tokens}; {peak} would sit at {_percent(w.peak_usage_after_ratio)} (target {_percent(target)})."
     )
 
@@ -636,10 +640,11 @@ def _model_advice(
         return _no_advice(None, None)
     raw = w.advice
     gpus = _gpus_per_replica([pod for pod, _ in rows])
+    gpu = _gpu_name(served, [pod for pod, _ in rows])
     return Advice(
         action=raw.recommendation.action,
         reason=raw.recommendation.reason,
-        sentence=_workload_sentence(w, settings.target_usage, gpus),
+        sentence=_workload_sentence(w, settings.target_usage, gpus, gpu),
         suggested_gpu_memory_utilization=(
             raw.suggested_gpu_memory_utilization[1] if raw.suggested_gpu_memory_utilization else None
         ),
@@ -659,7 +664,16 @@ def _model_advice(
         concurrency_after=w.concurrency_after,
         even_share_tokens=w.even_share_tokens,
         uneven=_uneven(w, {report.pod: report for _, report in rows}),
+        gpu=gpu,
     )
+
+
+def _gpu_name(served: ServedModel | None, pods: Sequence[PodSeries]) -> str:
+    """The GPU's name: the report's ``model.gpu_memory`` when a GPU name, else the sidecars' (the ``gpu``
+    label of ``kvcache_gpu_memory_bytes``, the first pod's that has one); "" when none is known."""
+    if served is not None and served.gpu_name:
+        return served.gpu_name
+    return next((p.gpu_name for p in pods if p.gpu_name), "")
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -844,8 +858,9 @@ def exported_model(pods: Sequence[PodSeries], settings: AdviceSettings) -> Serve
     """What the sidecars' exports say of a model the report has no ``model.config`` for.
 
     Bytes per token from ``kvcache_theoretical_bytes_per_token``, the KV dtype, attention and TP from
-    ``kvcache_model_info``, and the GPU memory ``M`` the sidecar sized with, recovered from its own
-    figures: the largest pool (``kvcache_lever_capacity_tokens{lever="fp8_kv_cache"}`` ÷ dtype bytes,
+    ``kvcache_model_info``, and the GPU memory ``M`` the sidecar sized with: exported
+    (``kvcache_gpu_memory_bytes``, with the GPU's name), else recovered from its own figures: the
+    largest pool (``kvcache_lever_capacity_tokens{lever="fp8_kv_cache"}`` ÷ dtype bytes,
     :func:`~sidecar.forecast.sizing.gpu_memory_from_largest_pool`), else its largest suggestion
     (:func:`~sidecar.forecast.sizing.gpu_memory_from_suggestion`). Only for pools sized by
     ``gpu_memory_utilization`` (with ``kv_cache_memory_bytes`` the pool gives bytes per token itself);
@@ -858,8 +873,8 @@ def exported_model(pods: Sequence[PodSeries], settings: AdviceSettings) -> Serve
         if pod.kv_cache_memory_bytes or not (bpt and u0 and bs and c0 and demands):
             continue
         dtype_bytes = _kv_dtype_bytes(pod.model_info.get("kv_dtype"))
-        memory = None
-        if pod.fp8_lever_capacity_tokens and dtype_bytes:
+        memory = pod.gpu_memory_bytes  # what the sidecar sized with, exported (kvcache_gpu_memory_bytes)
+        if memory is None and pod.fp8_lever_capacity_tokens and dtype_bytes:
             memory = gpu_memory_from_largest_pool(
                 max_capacity_tokens=pod.fp8_lever_capacity_tokens / dtype_bytes,
                 u_max=settings.utilization_max,
@@ -894,6 +909,7 @@ def exported_model(pods: Sequence[PodSeries], settings: AdviceSettings) -> Serve
             tensor_parallel=tp,
             gpu_memory_bytes=memory,
             non_kv_bytes=functools.partial(_same, rest),
+            gpu_name=pod.gpu_name,
         )
     return None
 

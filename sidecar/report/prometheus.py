@@ -114,7 +114,7 @@ from .growth import WeeklyPeak
 from .selector import Matcher, SelectorError, parse_selector, promql
 
 #: The labels that can identify a pod's series; a pod is named by the first present of POD_NAME_LABELS.
-ID_LABELS = ("namespace", "model_name", "pod", "instance", "target", "engine")
+ID_LABELS = ("namespace", "model_name", "workload", "cluster", "pod", "instance", "target", "engine")
 POD_NAME_LABELS = ("pod", "instance", "target")
 #: Range queries: one chunk is at most a day; steps are evaluated this much before their end.
 CHUNK_S = 86_400.0
@@ -125,6 +125,7 @@ SUBQUERY_S = 15
 INFO_LABELS = {
     "kvcache_server_info": "block_size, kv_cache_memory_bytes",
     "kvcache_model_info": "architecture, attention, kv_dtype, tp, pp",
+    "kvcache_gpu_memory_bytes": "gpu",
 }
 INFO_STEP_S = 3600.0
 #: The most pods one report reads (``--max-pods``): each costs about 0.8 MB a week of series (twice
@@ -168,11 +169,14 @@ class _Pod:
     series: int  # label sets found for it (more than one: no raw-sample quantiles)
 
     @property
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.model.namespace, self.model.model_name, self.name, self.engine)
+    def key(self) -> tuple[str, str, str, str, str, str]:
+        m = self.model
+        return (m.namespace, m.model_name, m.workload, m.cluster, self.name, self.engine)
 
     def labels(self) -> dict[str, str]:
-        own = {"namespace": self.model.namespace, "model_name": self.model.model_name, self.label: self.name}
+        m = self.model
+        own = {"namespace": m.namespace, "model_name": m.model_name, "workload": m.workload, "cluster": m.cluster}
+        own[self.label] = self.name
         own["engine"] = self.engine
         return {k: v for k, v in own.items() if v}
 
@@ -187,17 +191,19 @@ class _Batch:
     matchers: str = field(init=False)
 
     def __post_init__(self) -> None:
-        self.by = f"namespace, model_name, {self.label}, engine"
+        self.by = f"namespace, model_name, workload, cluster, {self.label}, engine"
         names = sorted({p.name for p in self.pods})
         own = [Matcher(self.label, "=~", "|".join(re.escape(n) for n in names)).promql()]
         # a pod named by its instance has no pod label, one named by its target neither of both
         own += [f'{label}=""' for label in POD_NAME_LABELS[: POD_NAME_LABELS.index(self.label)]]
         self.matchers = ", ".join(own)
 
-    def key(self, labels: Mapping[str, str]) -> tuple[str, str, str, str]:
+    def key(self, labels: Mapping[str, str]) -> tuple[str, str, str, str, str, str]:
         return (
             labels.get("namespace", ""),
             labels.get("model_name", ""),
+            labels.get("workload", ""),
+            labels.get("cluster", ""),
             labels.get(self.label, ""),
             labels.get("engine", ""),
         )
@@ -536,7 +542,11 @@ class _Reader:
             q = f"count_over_time(({raw_waiting} > 0)[{_duration(ce - cs)}:{SUBQUERY_S}s]) * {SUBQUERY_S}"
             jobs.append(_job(lambda q=q, ce=ce: waiting_counts.append(self.src.api.instant(q, ce - EDGE_S))))
         after.append(_job(self._seconds_waiting, b, period, waiting_counts, reduced))
-        for metric in ("kvcache_gpu_memory_utilization", "kvcache_theoretical_bytes_per_token"):
+        for metric in (
+            "kvcache_gpu_memory_utilization",
+            "kvcache_theoretical_bytes_per_token",
+            "kvcache_gpu_memory_bytes",
+        ):
             jobs.append(collect(metric, f"max by ({b.by}) (last_over_time({self.metric(metric, b.matchers)}{rng}))"))
         # the sidecars' own sizing, for models the report has no model.config for (figures.py)
         suggested = self.metric("kvcache_suggested_gpu_memory_utilization", b.matchers)
@@ -658,6 +668,8 @@ class _Reader:
                     labels.get("severity", ""),
                     labels.get("namespace", ""),
                     labels.get("model_name", ""),
+                    labels.get("workload", ""),
+                    labels.get("cluster", ""),
                     next((labels[k] for k in POD_NAME_LABELS if labels.get(k)), ""),
                 )
                 steps = firing.setdefault(key, set())
@@ -841,6 +853,7 @@ def _apply_figures(
         pod.requests_running_peak = reduced["running"].get(p.key)
         pod.suggested_gpu_memory_utilization_max = reduced["suggested_max"].get(p.key)
         pod.fp8_lever_capacity_tokens = reduced["fp8_lever"].get(p.key)
+        pod.gpu_memory_bytes = reduced["kvcache_gpu_memory_bytes"].get(p.key)
     for metric, newest in info.items():
         for key, labels in newest.items():
             if key not in series:
@@ -850,6 +863,8 @@ def _apply_figures(
                 pod.block_size = _int(labels.get("block_size"))
                 kv_bytes = _int(labels.get("kv_cache_memory_bytes"))
                 pod.kv_cache_memory_bytes = float(kv_bytes) if kv_bytes else None
+            elif metric == "kvcache_gpu_memory_bytes":
+                pod.gpu_name = labels.get("gpu", "")
             else:
                 pod.model_info = {k: v for k, v in labels.items() if k not in ID_LABELS and v}
 
@@ -868,7 +883,7 @@ def _pods(found: Vector) -> list[_Pod]:
         label = next((k for k in POD_NAME_LABELS if labels.get(k)), None)
         if label is None:
             continue
-        model = ModelKey(labels.get("namespace", ""), labels.get("model_name", ""))
+        model = ModelKey.of(labels)
         key = (model, labels[label], labels.get("engine", ""), label)
         counts[key] = counts.get(key, 0) + 1
     return [_Pod(m, name, engine, label, n) for (m, name, engine, label), n in sorted(counts.items())]
@@ -888,8 +903,8 @@ def _batches(pods: Sequence[_Pod], size: int) -> list[_Batch]:
 def _pages(firing: dict[tuple[str, ...], set[int]], period: Period) -> list[Page]:
     """Runs of consecutive firing steps, one page each: from the start of the first to the end of the last."""
     out: list[Page] = []
-    for (alertname, severity, namespace, model_name, pod), steps in firing.items():
-        model = ModelKey(namespace, model_name)
+    for (alertname, severity, namespace, model_name, workload, cluster, pod), steps in firing.items():
+        model = ModelKey(namespace, model_name, workload, cluster)
         ordered = sorted(steps)
         first = 0
         for k in range(1, len(ordered) + 1):

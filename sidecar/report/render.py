@@ -47,7 +47,7 @@ from typing import Any, TypeGuard
 
 from ..atomic_write import replace_together
 from ..forecast import recommendation
-from .data import Page, Period
+from .data import ModelKey, Page, Period
 from .formats import EXTRA_HINT, FORMATS
 from .growth import AT_CAPACITY, GROWING, growth_text
 from .results import Advice, ModelReport, PodReport, Report
@@ -382,12 +382,17 @@ def _pages_by_severity(pages: Sequence[Page]) -> str:
     return f"{critical} / {len(pages) - critical}"
 
 
+#: The advice's words where the GPU's name is not known (the dashboards' are the same).
+GPU_UNKNOWN = "GPU type unknown (set model.gpu_memory)"
+
+
 def _replicas(a: Advice) -> str:
     if a.replicas_now is None or a.suggested_replicas is None:
         return NONE
-    return (
+    text = (
         f"{a.replicas_now} → {a.suggested_replicas}" if a.suggested_replicas != a.replicas_now else str(a.replicas_now)
     )
+    return f"{a.gpu} × {text}" if a.gpu else text
 
 
 def _growth_text(m: ModelReport) -> str:
@@ -464,16 +469,19 @@ def _advice_blocks(report: Report, a: Advice) -> Iterator[Any]:
             f"(target {pct(report.target_usage)})."
         )
     gpus = a.gpus_per_replica
+    gpu = f"{a.gpu} × " if a.gpu else ""
     lines = []
     if a.replicas_now is not None and a.capacity_now_tokens is not None:
         now = ", ".join(a.current_flags) or "settings unknown"
-        on = f"{a.replicas_now} replica{'s' if a.replicas_now != 1 else ''}" + (
+        on = f"{gpu}{a.replicas_now} replica{'s' if a.replicas_now != 1 else ''}" + (
             f" ({a.replicas_now * gpus} GPUs)" if gpus else ""
         )
         lines.append(f"Now: {now} on {on}, {tokens(a.capacity_now_tokens)} tokens of pool per replica (vLLM's figure)")
+        if not a.gpu:
+            lines.append(GPU_UNKNOWN)
     if a.set_flags and a.suggested_replicas is not None and a.capacity_after_tokens is not None:
         n = a.suggested_replicas
-        on = f"{n} replica{'s' if n != 1 else ''}" + (f" ({n * gpus} GPUs)" if gpus else "")
+        on = f"{gpu}{n} replica{'s' if n != 1 else ''}" + (f" ({n * gpus} GPUs)" if gpus else "")
         lines.append(
             f"Recommended: {', '.join(a.set_flags)} on {on}, "
             f"{tokens(a.capacity_after_tokens)} tokens of pool per replica"
@@ -694,6 +702,11 @@ def json_pieces(report: Report) -> list[str]:
     return out
 
 
+#: ModelKey's fields the JSON always has (workload and cluster appear only when set: a report without those
+#: labels reads as before)
+_MODEL_KEY_ALWAYS = ("namespace", "model_name")
+
+
 def _json(value: Any, out: list[str]) -> None:
     """Append the JSON text of ``value`` to ``out`` (as ``json.dumps`` with sorted keys, compact)."""
     if value is None or value is True or value is False:
@@ -716,6 +729,8 @@ def _json(value: Any, out: list[str]) -> None:
                 out.append(",")
             _json(v, out)
         out.append("]")
+    elif isinstance(value, ModelKey):  # the workload and cluster only where the series carry them
+        _json_object(((k, v) for k, v in dataclasses.asdict(value).items() if v or k in _MODEL_KEY_ALWAYS), out)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         _json_object(((f.name, getattr(value, f.name)) for f in dataclasses.fields(value)), out)
     elif isinstance(value, dict):

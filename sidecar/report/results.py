@@ -88,6 +88,9 @@ class Advice:
     even_share_tokens: float | None = None
     #: a finding of its own: "load is uneven across replicas: ..." ("" when it is not)
     uneven: str = ""
+    #: the GPU's name (model.gpu_memory given as one, in the report's configuration or the sidecars'
+    #: kvcache_gpu_memory_bytes{gpu}); "" when not known
+    gpu: str = ""
 
 
 @dataclass(frozen=True)

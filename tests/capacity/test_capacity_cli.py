@@ -300,7 +300,8 @@ def test_invalid_json(tmp_path):
 def test_explain_prints_the_terms_as_vllm_logs_them():
     out = capacity("--model-config", str(config_path("Llama-3.1-8B")), "--gpu-memory", "H100-80GB", "--explain")
     assert out.returncode == 0, out.stderr
-    assert "Desired GPU memory utilization is (0.90, 71.27 GiB)" in out.stdout
+    # no --gpu-memory-utilization and no --vllm-version: the newest vLLM's default, 0.92 (0.20.0 and later)
+    assert "Desired GPU memory utilization is (0.92, 72.85 GiB)" in out.stdout
     assert "sampler" in out.stdout and "1024 sequences" in out.stdout
 
 

@@ -38,6 +38,7 @@ from sidecar.artifacts.dashboards import (
     DashboardParams,
     build_dashboards,
 )
+from sidecar.artifacts.dashboards.workload import WORKLOAD_NOW_TABLE_TITLE
 from sidecar.artifacts.panels import label_values_query, queries, walk_panels
 from sidecar.artifacts.params import (
     DASHBOARD_CAPACITY_UID,
@@ -50,8 +51,10 @@ from sidecar.artifacts.params import (
     VAR_POD,
 )
 from sidecar.artifacts.rules import ALERT_NAMES, build_rule_groups
+from sidecar.config import ForecastSettings
 from sidecar.metrics import CATALOGUE
 from sidecar.thresholds import Thresholds
+from sidecar.units import format_duration
 
 DASHBOARDS = {
     uid: json.loads((REPO / "dashboards" / f"{uid}.json").read_text(encoding="utf-8")) for uid in DASHBOARD_UIDS
@@ -249,14 +252,21 @@ def rate_interval(d: dict) -> list[str]:
     ]
 
 
+#: The Fleet's workload advice sizes on forecast.peak_window, the window the sidecar's own advice is sized on
+#: (dashboards/README.md, "One recommendation per workload"): that window, and only in that table.
+PEAK_WINDOW = format_duration(ForecastSettings().peak_window_s)
+
+
 def fixed_windows(d: dict) -> list[str]:
-    """Panels: ``$__rate_interval`` windows, except capacity planning's per-day/week/range windows."""
+    """Panels: ``$__rate_interval`` windows, except capacity planning's per-day/week/range windows and the
+    Fleet's workload advice, sized on ``forecast.peak_window``."""
     allowed = CAPACITY_WINDOWS if d["uid"] == DASHBOARD_CAPACITY_UID else ("$__rate_interval",)
+    advice = f'panel "{WORKLOAD_NOW_TABLE_TITLE}'
     out = [
         f"{where}: [{window}] in {func or 'a selector'}"
         for where, expr in _exprs(d, "panel")
         for window, func in windows(expr)
-        if window not in allowed
+        if window not in allowed and not (advice in where and window == PEAK_WINDOW and func == "max_over_time")
     ]
     out += [
         f"{where}: [{window}]"

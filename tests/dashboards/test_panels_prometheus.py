@@ -54,6 +54,7 @@ from PIL import Image
 from stack import CURRENT, GENERATIONS, MODEL_A, MODEL_B, REPO, Stack
 
 from sidecar.artifacts.dashboards import VAR_CLUSTER
+from sidecar.artifacts.dashboards.workload import FLAG_COLUMN, WORKLOAD_NOW_TABLE_TITLE, WORKLOAD_TABLE_TITLE
 from sidecar.artifacts.panels import (
     ALL,
     PrometheusError,
@@ -122,12 +123,49 @@ ONLY_WHERE_EXPORTED: dict[tuple[str, str, str], tuple[frozenset[str], str]] = {
         "the stack's vLLM has no offload tier (no --kv-offloading-size: no vllm:kv_offload_* family); "
         "test_offload_and_rejection_panels.py proves the query on the sidecar's series",
     ),
+    (DASHBOARD_POD_UID, "Preemptions per second by reason", "A"): (
+        frozenset(),
+        "no released vLLM exports vllm:num_preemptions_by_reason (vLLM PR #58037); "
+        "test_preemptions_by_reason_panel.py proves the query on the sidecar's series",
+    ),
 }
+
+#: (dashboard uid, panel title prefix, column) -> why the target's top-level ``or`` branches are outcomes, not
+#: fallbacks: the memory setting of the workload advice is a value where it can be computed and otherwise a
+#: code its value mapping reads as words (no GPU memory exported, replicas on different pools,
+#: --kv-cache-memory-bytes, no null block). The stack runs one pool per workload, so only some outcomes
+#: occur on it; tests/dashboards/test_workload_advice.py gives each workload of its history its outcome on a
+#: real Prometheus (the value to the report's digit, and the words). The whole expression must still return data.
+OR_OUTCOMES: dict[tuple[str, str, str], str] = {
+    (uid, title, FLAG_COLUMN): "a value, or the words saying why there is none (dashboards/README.md)"
+    for uid, title in (
+        (DASHBOARD_OVERVIEW_UID, WORKLOAD_NOW_TABLE_TITLE),
+        (DASHBOARD_CAPACITY_UID, WORKLOAD_TABLE_TITLE),
+    )
+}
+
+
+def _or_outcomes(q: Query, dashboard: Mapping[str, Any]) -> bool:
+    """Whether the target's ``or`` branches are :data:`OR_OUTCOMES` (its column named by the table's organize)."""
+    for panel in walk_panels(dashboard):
+        if panel.get("title") != q.title:
+            continue
+        renames = next(
+            (t["options"].get("renameByName", {}) for t in panel.get("transformations", []) if t["id"] == "organize"),
+            {},
+        )
+        column = renames.get(f"Value #{q.ref_id}", "")
+        return any(q.title.startswith(t) and column == c for u, t, c in OR_OUTCOMES if u == q.dashboard_uid)
+    return False
+
 
 #: (dashboard uid, panel title) -> why the picture may show the panel without data.
 LEGITIMATELY_EMPTY: dict[tuple[str, str], str] = {
     (DASHBOARD_POD_UID, "KV offload tier usage (CPU)"): ONLY_WHERE_EXPORTED[
         (DASHBOARD_POD_UID, "KV offload tier usage (CPU)", "A")
+    ][1],
+    (DASHBOARD_POD_UID, "Preemptions per second by reason"): ONLY_WHERE_EXPORTED[
+        (DASHBOARD_POD_UID, "Preemptions per second by reason", "A")
     ][1],
 }
 
@@ -394,9 +432,10 @@ def test_every_panel_and_annotation_returns_data(
         why = problem(stack, expr, window, instant=q.instant)
         if why == "no data" and not_exported_here(q, stack.generation):
             continue
+        seen = or_branches_seen
         why = (
             why
-            or fallback_problem(stack, q, mode, expr, window, or_branches_seen)
+            or (None if _or_outcomes(q, dashboard) else fallback_problem(stack, q, mode, expr, window, seen))
             or pod_problem(stack, q, mode, expr, window)
         )
         if why:

@@ -51,7 +51,14 @@ from backfill import backfilled_prometheus
 from stack import REPO
 
 from sidecar.artifacts.dashboards import VAR_CLUSTER
-from sidecar.artifacts.dashboards.workload import PEAK_RULE, WORKLOAD_NOW_TABLE_TITLE, WORKLOAD_TABLE_TITLE
+from sidecar.artifacts.dashboards.workload import (
+    FLAG_COLUMN,
+    GPU_COLUMN,
+    GPU_UNKNOWN,
+    PEAK_RULE,
+    WORKLOAD_NOW_TABLE_TITLE,
+    WORKLOAD_TABLE_TITLE,
+)
 from sidecar.artifacts.panels import ALL, PrometheusAPI, interpolate, walk_panels
 from sidecar.artifacts.params import (
     DASHBOARD_CAPACITY_UID,
@@ -60,8 +67,9 @@ from sidecar.artifacts.params import (
     VAR_NAMESPACE,
     VAR_POD,
 )
+from sidecar.capacity.budget import gpu_memory_bytes
 from sidecar.forecast.policy import UNEVEN_MARGIN, AdviceSettings
-from sidecar.forecast.sizing import suggested_replicas
+from sidecar.forecast.sizing import suggest_gpu_memory_utilization, suggested_replicas
 from sidecar.report.data import ModelKey, Period
 from sidecar.report.figures import compute
 from sidecar.report.prometheus import PrometheusSource
@@ -80,7 +88,13 @@ TH = Thresholds()  # target_usage 0.75
 SETTINGS = AdviceSettings(TH.target_usage, 0.5, 0.95, 3600.0)
 BLOCK = 16
 
-LLM_M, LLM_N = ModelKey("llm", "m"), ModelKey("llm", "n")
+#: the report's workloads: namespace and model, and the workload and cluster labels where the series carry them
+LLM_M, LLM_N, LLM_K = (
+    ModelKey("llm", "m", "vllm-m", "east"),
+    ModelKey("llm", "n"),
+    ModelKey("llm", "k", "vllm-k", "east"),
+)
+OTHER_M, WEST_M = ModelKey("llm", "m", "other-m", "east"), ModelKey("llm", "m", "vllm-m", "west")
 
 
 def _bump(minute: float, centre: float, width: float) -> float:
@@ -109,7 +123,55 @@ PODS: dict[str, tuple[dict[str, str], int, Any]] = {
         lambda t: 5_000 + 4_000 * _bump(t, 128, 30),
     ),
     "vllm-n-0": ({"model_name": "n"}, 8_192, lambda t: 1_000 + 3_000 * _bump(t, 300, 40)),
+    # one pool on two replicas whose sidecars know the GPU (model.gpu_memory: H100-80GB): the dashboards size
+    # its --gpu-memory-utilization; the peak is a plateau of 10 minutes, so the rules' minutes see the report's
+    "vllm-k-0": (
+        {"model_name": "k", "cluster": "east", "workload": "vllm-k"},
+        16_384,
+        lambda t: 4_000 + 11_000 * _plateau(t, 100, 110),
+    ),
+    "vllm-k-1": (
+        {"model_name": "k", "cluster": "east", "workload": "vllm-k"},
+        16_384,
+        lambda t: 3_000 + 10_500 * _plateau(t, 100, 110),
+    ),
+    # model m again: a second Deployment in the same namespace and cluster, and the same Deployment in another
+    # cluster: two more workloads, two more recommendations (never summed into vllm-m's)
+    "other-m-0": (
+        {"model_name": "m", "cluster": "east", "workload": "other-m"},
+        16_384,
+        lambda t: 2_000 + 9_000 * _bump(t, 250, 30),
+    ),
+    "vllm-m-w0": (
+        {"model_name": "m", "cluster": "west", "workload": "vllm-m"},
+        8_192,
+        lambda t: 1_500 + 5_000 * _bump(t, 60, 30),
+    ),
+    # vLLM run with --kv-cache-memory-bytes (it ignores the utilization then): the dashboards give words
+    "vllm-j-0": (
+        {"model_name": "j", "cluster": "east", "workload": "vllm-j"},
+        16_384,
+        lambda t: 2_000 + 12_000 * _bump(t, 150, 30),
+    ),
 }
+#: kvcache_server_info's kv_cache_memory_bytes label by pod (else ""): vllm-j-0 sized by --kv-cache-memory-bytes
+#: ((usable + the null block) x bytes per token); vllm-n-0 as vLLM labels it when not set ("None": not a size)
+KV_BYTES = {"vllm-j-0": (16_384 + 16) * 131_072, "vllm-n-0": "None"}
+
+#: What the sidecars export of the GPU (kvcache_gpu_memory_bytes): model m's inferred M (no GPU name: its
+#: replicas run two pools, so the dashboards give words), model k's configured H100-80GB; model n nothing.
+BYTES_PER_TOKEN = 131_072.0  # Llama-3.1-8B in bf16: 2 x 32 layers x 8 KV heads x 128 x 2 bytes
+H100 = float(gpu_memory_bytes("H100-80GB") or 0)
+GPU_EXPORTS: dict[str, tuple[str, str, float]] = {
+    **{f"vllm-m-{i}": ("inferred", "", 85.0e9) for i in range(3)},
+    **{f"vllm-k-{i}": ("configured", "H100-80GB", H100) for i in range(2)},
+    "vllm-j-0": ("configured", "H100-80GB", H100),
+}
+
+
+def _plateau(minute: float, start: float, end: float) -> float:
+    """1 from ``start`` to ``end`` (minutes), 0 elsewhere."""
+    return 1.0 if start <= minute < end else 0.0
 
 
 def _samples(pod: str) -> list[tuple[int, float]]:
@@ -154,7 +216,16 @@ def history() -> str:
         }
         for name, points in rows.items():
             families.setdefault(name, []).extend(_om(name, labels, points))
-        info = {**labels, "block_size": str(BLOCK), "kv_cache_memory_bytes": ""}
+        if pod in GPU_EXPORTS:
+            basis, gpu, memory = GPU_EXPORTS[pod]
+            gpu_labels = {**labels, "basis": basis, "gpu": gpu}
+            families.setdefault("kvcache_gpu_memory_bytes", []).extend(
+                _om("kvcache_gpu_memory_bytes", gpu_labels, [(t, memory) for t, _ in demand])
+            )
+            families.setdefault("kvcache_theoretical_bytes_per_token", []).extend(
+                _om("kvcache_theoretical_bytes_per_token", labels, [(t, BYTES_PER_TOKEN) for t, _ in demand])
+            )
+        info = {**labels, "block_size": str(BLOCK), "kv_cache_memory_bytes": str(KV_BYTES.get(pod, ""))}
         families.setdefault("kvcache_server_info", []).extend(
             _om("kvcache_server_info", info, [(t, 1.0) for t, _ in demand])
         )
@@ -215,36 +286,65 @@ def report_models(prometheus: str) -> dict[ModelKey, ModelReport]:
     return {m.model: m for m in report.models}
 
 
-def dashboard_table(prometheus: str, uid: str, title: str) -> dict[tuple[str, str], dict[str, float]]:
-    """The committed table as Grafana fills it: {(model, workload): {column title: value}}."""
+def dashboard_panel(uid: str, title: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(dashboard, the panel whose title starts with ``title``) of the committed JSON."""
     dashboard = json.loads((REPO / "dashboards" / f"{uid}.json").read_text(encoding="utf-8"))
-    (panel,) = [p for p in walk_panels(dashboard) if p.get("title") == title]
+    (panel,) = [p for p in walk_panels(dashboard) if str(p.get("title", "")).startswith(title)]
+    return dashboard, panel
+
+
+def dashboard_table(prometheus: str, uid: str, title: str) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The committed table as Grafana fills it: {(model, workload, cluster): {column title: value}}; a column that
+    shows a label (the GPU's name) holds that label's value, a value column's words (value mappings) its text."""
+    dashboard, panel = dashboard_panel(uid, title)
     (organize,) = [t for t in panel["transformations"] if t["id"] == "organize"]
     titles = organize["options"]["renameByName"]
     every = {VAR_CLUSTER: ALL, VAR_NAMESPACE: ALL, VAR_MODEL_NAME: ALL, VAR_POD: ALL}
     api = PrometheusAPI(prometheus)
-    rows: dict[tuple[str, str], dict[str, float]] = {}
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     for target in panel["targets"]:
         expr = interpolate(target["expr"], every, range_=f"{int(PERIOD.seconds)}s", dashboard=dashboard)
         assert "$" not in expr, expr
         for series in api.query(expr, at=PERIOD.end):
             labels = series["metric"]
-            key = (labels["model_name"], labels.get("workload", ""))
-            rows.setdefault(key, {})[titles[f"Value #{target['refId']}"]] = float(series["value"][1])
+            key = (labels["model_name"], labels.get("workload", ""), labels.get("cluster", ""))
+            value = f"Value #{target['refId']}"
+            if value in titles:
+                rows.setdefault(key, {})[titles[value]] = float(series["value"][1])
+            for label, column in titles.items():  # a label column (only the GPU query has labels beyond the key)
+                if not label.startswith("Value") and label in labels and label not in ("namespace", "model_name"):
+                    if label not in ("workload", "cluster"):
+                        assert column not in rows.get(key, {}), (key, column)  # one GPU name per workload
+                        rows.setdefault(key, {})[column] = labels[label]
     return rows
+
+
+def flag_words(uid: str, title: str) -> dict[str, str]:
+    """The words the memory setting's column shows for a negative code (its value mapping)."""
+    _, panel = dashboard_panel(uid, title)
+    for o in panel["fieldConfig"]["overrides"]:
+        if o["matcher"]["options"] == FLAG_COLUMN:
+            for prop in o["properties"]:
+                if prop["id"] == "mappings":
+                    return {k: v["text"] for m in prop["value"] for k, v in m["options"].items()}
+    raise AssertionError(f"no value mapping on {FLAG_COLUMN}")
 
 
 def _rule_grid_s(prometheus: str) -> float:
     """Seconds past the minute at which the backfilled recording rules were evaluated (promtool picks them)."""
-    query = f'{PEAK_RULE}{{model_name="m"}}[{int(PERIOD.seconds)}s]'
+    query = f'{PEAK_RULE}{{model_name="m", workload="vllm-m", cluster="east"}}[{int(PERIOD.seconds)}s]'
     (series,) = PrometheusAPI(prometheus).query(query, at=PERIOD.end)
     (offset,) = {round((float(t) - T0) % 60, 3) for t, _ in series["values"]}
     return offset or 60.0
 
 
 WORKLOADS = (
-    (("m", "vllm-m"), LLM_M, ("vllm-m-0", "vllm-m-1", "vllm-m-2")),
-    (("n", ""), LLM_N, ("vllm-n-0",)),
+    (("m", "vllm-m", "east"), LLM_M, ("vllm-m-0", "vllm-m-1", "vllm-m-2")),
+    (("n", "", ""), LLM_N, ("vllm-n-0",)),
+    (("k", "vllm-k", "east"), LLM_K, ("vllm-k-0", "vllm-k-1")),
+    (("m", "other-m", "east"), OTHER_M, ("other-m-0",)),
+    (("m", "vllm-m", "west"), WEST_M, ("vllm-m-w0",)),
+    (("j", "vllm-j", "east"), ModelKey("llm", "j", "vllm-j", "east"), ("vllm-j-0",)),
 )
 
 
@@ -265,10 +365,81 @@ def test_the_reports_workload_advice_is_the_definitions(report_models):
             peak / len(pods),
         )
         assert a.replicas_needed_now == max(1, math.ceil(peak / (TH.target_usage * usable) - 1e-9))
-        # without a memory suggestion (no model config, no exported sizing) the replicas are today's
-        assert a.suggested_replicas == a.replicas_needed_now
+        if not GPU_EXPORTS.get(
+            pods[0]
+        ):  # without a memory suggestion (no model config, no exported sizing): today's replicas
+            assert a.suggested_gpu_memory_utilization is None
+            assert a.suggested_replicas == a.replicas_needed_now
+        elif pods[0] == "vllm-j-0":  # vLLM ignores the utilization: the report sizes the KV bytes
+            assert a.suggested_gpu_memory_utilization is None and a.suggested_kv_cache_memory_bytes is not None
+        else:  # sized with the GPU memory the sidecars exported, on the smallest pool
+            assert a.suggested_gpu_memory_utilization == utilization(peak / len(pods), usable, GPU_EXPORTS[pods[0]][2])
+        assert a.gpu == GPU_EXPORTS.get(pods[0], ("", "", 0.0))[1]
         assert bool(a.uneven) == (max(pod_peak(p) for p in pods) > (1 + UNEVEN_MARGIN) * peak / len(pods))
     assert report_models[LLM_M].advice.uneven and not report_models[LLM_N].advice.uneven
+    assert report_models[LLM_K].advice.gpu == "H100-80GB"
+    assert set(report_models) == {model for _, model, _ in WORKLOADS}
+
+
+def test_the_report_gives_each_workload_and_cluster_its_own_recommendation(report_models):
+    """Model m in namespace llm is three workloads: two Deployments in cluster east, one of them also in
+    cluster west; each is sized on its own pods. Series without the labels group as before (llm/n)."""
+    m = [key for key in report_models if (key.namespace, key.model_name) == ("llm", "m")]
+    assert sorted(m) == sorted([LLM_M, OTHER_M, WEST_M])
+    for key, pods in ((OTHER_M, ["other-m-0"]), (WEST_M, ["vllm-m-w0"]), (LLM_M, ["vllm-m-0", "vllm-m-1", "vllm-m-2"])):
+        report = report_models[key]
+        assert sorted(p.pod for p in report.pods) == pods
+        assert report.capacity.peak_demand_tokens == workload_peak(pods)
+        assert report.advice.replicas_now == len(pods)
+    assert str(LLM_M) == "llm/m (workload vllm-m, cluster east)" and str(LLM_N) == "llm/n"
+    assert (
+        report_models[WEST_M].summary.startswith("llm/m (workload vllm-m, cluster west)")
+        or not report_models[WEST_M].needs_action
+    )
+    assert "H100-80GB × 2 replicas" in report_models[LLM_K].advice.sentence, report_models[LLM_K].advice.sentence
+
+
+def utilization(share: float, usable: float, memory: float) -> float:
+    """The definition: suggest_gpu_memory_utilization of the even share on a pool of ``usable`` tokens at 0.9."""
+    return suggest_gpu_memory_utilization(
+        u0=0.9,
+        capacity_tokens=usable + BLOCK,
+        peak_demand_tokens=share,
+        target_usage=TH.target_usage,
+        bytes_per_token=BYTES_PER_TOKEN,
+        gpu_memory_bytes=memory,
+        block_size=BLOCK,
+        lo=SETTINGS.utilization_min,
+        hi=SETTINGS.utilization_max,
+    )
+
+
+#: The memory setting's column where no value can be computed: the code the query gives, by workload.
+FLAG_CODES = {
+    ("m", "vllm-m", "east"): -2.0,
+    ("n", "", ""): -1.0,
+    ("m", "other-m", "east"): -1.0,
+    ("m", "vllm-m", "west"): -1.0,
+    ("j", "vllm-j", "east"): -3.0,
+}
+
+
+def expected_flag(key: tuple[str, str], pods: tuple[str, ...], peak: float) -> float:
+    """The memory setting a workload's row shows: the definition, or the code of the words saying why not."""
+    if key in FLAG_CODES:
+        return FLAG_CODES[key]
+    return utilization(peak / len(pods), min(PODS[p][1] for p in pods), GPU_EXPORTS[pods[0]][2])
+
+
+def test_the_memory_setting_says_why_where_it_cannot_be_computed():
+    """No number where the value cannot be computed: the codes read as words naming the cause."""
+    for uid, title in (
+        (DASHBOARD_CAPACITY_UID, WORKLOAD_TABLE_TITLE),
+        (DASHBOARD_OVERVIEW_UID, WORKLOAD_NOW_TABLE_TITLE),
+    ):
+        words = flag_words(uid, title)
+        assert "different pools" in words["-2"] and "model.gpu_memory" in words["-1"], words
+        assert "--kv-cache-memory-bytes" in words["-3"], words
 
 
 def test_capacity_planning_shows_the_reports_workload_advice(prometheus, report_models):
@@ -301,7 +472,12 @@ def test_capacity_planning_shows_the_reports_workload_advice(prometheus, report_
                 a.replicas_needed_now,
             ),
             "Hottest replica vs even share": (max(pod_peak(p) for p in pods) / share, None),
+            FLAG_COLUMN: (
+                expected_flag(key, pods, peak),
+                a.suggested_gpu_memory_utilization if key not in FLAG_CODES else None,
+            ),
         }
+        assert row.pop(GPU_COLUMN) == (a.gpu or GPU_UNKNOWN), (key, a.gpu)
         assert set(row) == set(expected), (key, row)
         for column, (defined, reported) in expected.items():
             assert math.isclose(row[column], defined, rel_tol=1e-12), (model, column, row[column], defined)
@@ -311,8 +487,10 @@ def test_capacity_planning_shows_the_reports_workload_advice(prometheus, report_
         assert bool(a.uneven) == (row["Hottest replica vs even share"] > 1 + UNEVEN_MARGIN), (model, a.uneven)
 
 
-def test_the_fleet_sizes_the_last_minute_with_the_reports_function(prometheus, report_models):
-    """The Fleet (no fixed windows) applies the same sizing to the last recorded minute's demand."""
+def test_the_fleet_sizes_the_peak_window_with_the_reports_function(prometheus, report_models):
+    """The Fleet sizes each workload on the peak of the last forecast.peak_window (a day, longer than this
+    history), the window the sidecar's per-pod advice is sized on: hours after the peak, at the history's
+    end, it still sizes for it (the last minute's demand is far below it here), with the report's function."""
     table = dashboard_table(prometheus, DASHBOARD_OVERVIEW_UID, WORKLOAD_NOW_TABLE_TITLE)
     assert set(table) == {key for key, _, _ in WORKLOADS}, table
     grid_s = _rule_grid_s(prometheus)
@@ -321,24 +499,28 @@ def test_the_fleet_sizes_the_last_minute_with_the_reports_function(prometheus, r
         row, a = table[key], report_models[model].advice
         assert a.capacity_now_tokens is not None
         usable = a.capacity_now_tokens - BLOCK
-        now = workload_sums(list(pods), grid_s)[last]
-        hottest = max(minute_maxima(p, grid_s)[last] for p in pods)
+        peak = workload_peak(list(pods), grid_s)  # every rule evaluation is within the last day
+        assert peak > 1.5 * workload_sums(list(pods), grid_s)[last]  # the last minute alone would size far less
         expected = {
             "Replicas running": len(pods),
-            "Demand in the last minute (tokens)": now,
+            "Peak demand, last 24h (tokens)": peak,
             "Usable tokens per replica": usable,
-            "Even share per replica": now / len(pods) / usable,
+            "Even share per replica": peak / len(pods) / usable,
             "Replicas needed at today's setting": suggested_replicas(
-                peak_demand_tokens=now,
+                peak_demand_tokens=peak,
                 target_usage=TH.target_usage,
                 capacity_per_replica_tokens=a.capacity_now_tokens,
                 block_size=BLOCK,
             ),
-            "Hottest replica vs even share": hottest / (now / len(pods)),
+            "Hottest replica vs even share": max(pod_peak(p) for p in pods) / (peak / len(pods)),
+            FLAG_COLUMN: expected_flag(key, pods, peak),
         }
+        assert row.pop(GPU_COLUMN) == (a.gpu or GPU_UNKNOWN), (key, a.gpu)
         assert set(row) == set(expected), (key, row)
         for column, value in expected.items():
             assert math.isclose(row[column], value, rel_tol=1e-12), (model, column, row[column], value)
+        if key not in FLAG_CODES:  # the report's value, to the digit
+            assert math.isclose(row[FLAG_COLUMN], a.suggested_gpu_memory_utilization or -1.0, rel_tol=1e-12)
 
 
 def test_the_history_exercises_what_makes_the_workload_differ_from_its_pods():

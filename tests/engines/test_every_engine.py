@@ -61,10 +61,14 @@ NOT_IN_A_RAMP = {
     "kvcache_suggested_replicas": "only when the largest pool the memory setting allows cannot hold the peak",
     "kvcache_capacity_efficiency_ratio": "needs the engine's KV budget (model.gpu_memory or the pool's bytes)",
     "kvcache_theoretical_capacity_tokens": "needs the engine's KV budget (model.gpu_memory or the pool's bytes)",
+    "kvcache_gpu_memory_bytes": "needs model.gpu_memory, or a vLLM pool sized by gpu_memory_utilization and a "
+    "model.config to infer it from (tests/test_forecast_gauges.py)",
     "kvcache_sidecar_config_changes_total": "published from the first change of the engine's settings",
     "kvcache_offload_usage_ratio": "the simulator has no offload tier (tests/test_vllm_new_signals.py reads one)",
     "kvcache_admission_rejections_total": "the simulated vLLM refuses nothing at admission (the real 0.32 capture "
     "carries the counter: tests/test_vllm_new_signals.py)",
+    "kvcache_preemptions_by_reason_total": "no released vLLM exports vllm:num_preemptions_by_reason (PR #58037); "
+    "tests/test_vllm_new_signals.py reads it from a page built as the PR describes",
 }
 #: ``kv-sidecar simulate`` as a process, without the rest of the CLI's start-up.
 CLI = (

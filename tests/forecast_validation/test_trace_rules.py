@@ -6,18 +6,23 @@ The replays run through the daemon's own code (:mod:`sidecar.forecast_validation
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sidecar.forecast_validation import (
     FORECAST_RULE,
     FORECAST_SPECIFIED,
     GAUGES,
+    PAGE_MEMORY_RULE,
+    PAGE_RULE,
     START,
     TTF,
     USAGE,
     Rule,
     Trace,
     any_firing,
+    collect_trace,
     firings,
     gt,
     preemption_episodes,
@@ -27,6 +32,9 @@ from sidecar.forecast_validation import (
 )
 from sidecar.replay import Replay, replay_config
 from sidecar.simulator import LIBRARY, SCENARIOS, SimConfig, Simulator
+from sidecar.simulator.trace import TracePlay, load_trace
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -95,12 +103,15 @@ def test_episodes_warnings_and_pages_per_saturating_hour():
     # the second episode (2000 s) had no page in the 15 minutes before it: the page ended at 1050 s
     assert (o.page_episodes, o.preemption_episodes, o.warned, o.saturating_hours) == (1, 2, 1, 1)
     assert o.pages_per_saturating_hour == 1.0 and not o.false_page
+    # paged from 400 s to 1050 s (a 5-s evaluation each); it ended at its last preemption
+    assert o.paged_min == pytest.approx((1050 - 400 + 5) / 60) and o.outlives_min == (0.0,)
     # two rules firing at overlapping times are one page episode for the pager
     tr.g[TTF] = [100.0 if 1055 <= t <= 1900 else None for t in tr.t]
     soon = Rule("soon", "ttf < 900", 0, lambda tr, i: tr.g[TTF][i] is not None)
     assert any_firing([page, soon], tr) == [(400.0, 1900.0)]
     both = trace_outcome([page, soon], tr)
     assert (both.page_episodes, both.warned) == (1, 2)  # the page goes on to 1900 s
+    assert both.outlives_min == pytest.approx(((1900 - 1100) / 60,))  # 800 s past its last preemption (1100 s)
 
 
 def test_a_run_without_preemptions_that_pages_is_a_false_page():
@@ -112,3 +123,38 @@ def test_a_run_without_preemptions_that_pages_is_a_false_page():
 
 def test_the_demo_restart_scenario_is_the_one_the_guard_is_checked_on():
     assert SCENARIOS["restart"].restart_at == 300.0 and SCENARIOS["restart"].restart_downtime_s == 20.0
+
+
+def test_the_candidate_page_with_memory_remembers_a_preemption_for_30_minutes():
+    """PAGE_MEMORY_RULE (measured, not shipped), at 5-s samples: a 2-minute burst that preempts, then one
+    sample above 0.9 at 33m30s pages (21 minutes after the last preemption) where the shipped page does
+    not, and one at 46m30s does not (the harness's ranges are Prometheus 3's, (t - d, t])."""
+    tr = _hand(720)  # an hour
+    peaks = {33 * 60.0 + 30, 46 * 60.0 + 30}
+    tr.g[USAGE] = [0.97 if 630 <= t <= 750 else 0.95 if t in peaks else 0.5 for t in tr.t]
+    (alone,) = firings(PAGE_RULE, tr)  # the shipped page: only the burst pages ...
+    assert alone[0] == 660.0  # ... at its 7th sample above 0.9 (> 5 % of 120)
+    tr.counter_times = [640.0, 690.0]  # preempting during the burst
+    (burst, second) = firings(PAGE_MEMORY_RULE, tr)
+    assert burst[0] == 640.0  # at the first preemption, with the usage above 0.9
+    assert second == (2010.0, 2010.0 + 60.0 + 300.0 - 5.0)  # the peak, then [1m] and keep_firing_for
+    # 46m30s is 33 minutes after the last preemption: no page
+    assert all(s < 2790.0 for s, _ in firings(PAGE_MEMORY_RULE, tr))
+    # the memory is the counter's: a preemption in the warm-up (negative time) counts as well
+    tr.counter_times = [-60.0]
+    tr.g[USAGE] = [0.95 if t == 600.0 else 0.5 for t in tr.t]
+    assert firings(PAGE_MEMORY_RULE, tr) == [(600.0, 600.0 + 60.0 + 300.0 - 5.0)]
+    tr.counter_times = [-1300.0]  # more than 30 minutes before
+    assert firings(PAGE_MEMORY_RULE, tr) == []
+
+
+def test_the_counter_moves_of_the_warm_up_are_kept_apart_from_the_runs_preemptions():
+    """The synthetic Mooncake sample on a pool that preempts while it warms up: the moves before t = 0 are
+    in counter_times (what increase() sees), not in preemption_times (what the figures count)."""
+    play = TracePlay(load_trace(str(FIXTURES / "mooncake-synthetic-3min.jsonl")))
+    config = SimConfig(
+        max_model_len=16384, max_num_batched_tokens=16384, step_seconds_per_token=2e-6, num_gpu_blocks_override=1500
+    )
+    (tr,) = collect_trace(play, config, [{}], name="warm", preroll_s=60.0)
+    assert tr.preroll_preemptions > 0 and any(m <= 0 for m in tr.counter_times)
+    assert tr.preemption_times and tr.preemption_times == [m for m in tr.counter_times if m > 0]

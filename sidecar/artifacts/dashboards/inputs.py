@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...alert_params import RuleParams
+from ...config import ForecastSettings
 from ...thresholds import Thresholds
 from ..params import DASHBOARD_CAPACITY_UID, DASHBOARD_OVERVIEW_UID, DASHBOARD_POD_UID
 
@@ -61,9 +62,20 @@ class DashboardParams:
     full_soon_within: str = RuleParams().full_soon_within
     #: KVCacheCapacityMismatch's tolerance: the efficiency panel's band.
     capacity_mismatch_tolerance: float = RuleParams().capacity_mismatch_tolerance
+    #: the ``forecast:`` section: the peak window the Fleet's workload advice sizes on and the bounds of
+    #: the suggested utilization (the weekly report's and the daemon's)
+    forecast: ForecastSettings = field(default_factory=ForecastSettings)
 
     @classmethod
-    def from_rules(cls, thresholds: Thresholds, rules: RuleParams, **labels: str) -> DashboardParams:
+    def from_rules(
+        cls,
+        thresholds: Thresholds,
+        rules: RuleParams,
+        *,
+        namespace_label: str = "namespace",
+        pod_label: str = "pod",
+        cluster_label: str = "cluster",
+    ) -> DashboardParams:
         """The parameters of the alert rules rendered from the same configuration, plus label names."""
         return cls(
             thresholds=thresholds,
@@ -71,7 +83,9 @@ class DashboardParams:
             sidecar_job=rules.sidecar_job,
             full_soon_within=rules.full_soon_within,
             capacity_mismatch_tolerance=rules.capacity_mismatch_tolerance,
-            **labels,
+            namespace_label=namespace_label,
+            pod_label=pod_label,
+            cluster_label=cluster_label,
         )
 
 

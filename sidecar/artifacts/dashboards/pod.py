@@ -196,7 +196,7 @@ def _pod_preempting(p: DashboardParams, s: Selectors) -> list[Panel]:
                 Q(f"sum(kvcache_requests_running{s.engine()})", "running"),
                 Q(f"sum by (reason) (kvcache_requests_waiting{s.engine()})", "waiting: {{reason}}"),
             ],
-            w=6,
+            w=8,
             axis_label="requests",
             min=0,
             runbook=runbook_url(p, "KVCacheRequestsWaitingForKV"),
@@ -213,7 +213,28 @@ def _pod_preempting(p: DashboardParams, s: Selectors) -> list[Panel]:
                     f"{legend_format(p.pod_label)} engine {{{{engine}}}}",
                 )
             ],
-            w=6,
+            w=8,
+            axis_label="preemptions/s",
+            min=0,
+            runbook=runbook_url(p, "KVCachePreemptions"),
+        ),
+        Graph(
+            "Preemptions per second by reason",
+            "Preemptions per second by vLLM's reason (vLLM PR #58037, proposed after 0.32: no data on a vLLM "
+            "without vllm:num_preemptions_by_reason). Only kv_full is KV capacity pressure: a running request "
+            "found no free block, and a larger pool or fewer tokens per request stop it. priority (a "
+            "higher-priority request took the blocks, --scheduling-policy priority) and prefix_cache_reset (a "
+            "reset_prefix_cache call with requests running) are scheduling and operator actions that more KV "
+            "memory does not stop. The reasons add up to the preemptions beside, which the KVCachePreemptions "
+            "alert counts whatever the reason.",
+            "short",
+            [
+                Q(
+                    f"sum by (reason) (rate(kvcache_preemptions_by_reason_total{s.engine()}[$__rate_interval]))",
+                    "preempted: {{reason}}",
+                )
+            ],
+            w=8,
             axis_label="preemptions/s",
             min=0,
             runbook=runbook_url(p, "KVCachePreemptions"),
@@ -231,7 +252,7 @@ def _pod_preempting(p: DashboardParams, s: Selectors) -> list[Panel]:
                     "rejected: {{reason}}",
                 )
             ],
-            w=6,
+            w=12,
             axis_label="rejections/s",
             min=0,
         ),
@@ -242,7 +263,7 @@ def _pod_preempting(p: DashboardParams, s: Selectors) -> list[Panel]:
             "enable_prefix_caching (KVCachePrefixHitRatioLow).",
             "percentunit",
             [Q(f"{hits}\n/\n{queries}\nor {v0_gauge}", legend_format(p.pod_label))],
-            w=6,
+            w=12,
             min=0,
             max=1,
             runbook=runbook_url(p, "KVCachePrefixHitRatioLow"),
