@@ -123,6 +123,9 @@ class ServedModel:
     #: ``model.gpu_memory`` when given as a GPU name (``H100-80GB``, as
     #: :func:`sidecar.capacity.budget.gpu_name` spells it), else ""
     gpu_name: str = ""
+    #: vLLM's utilization flag as ``model.vllm_version`` spells it
+    #: (:func:`sidecar.capacity.vllm_rules.utilization_flag`); None: no version given, the lever's own
+    utilization_flag: str | None = None
 
 
 @dataclass(frozen=True)

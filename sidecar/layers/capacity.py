@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from .. import capacity as cap
 from .. import model_discovery as discovery
 from ..capacity.blocks import parse_version
+from ..capacity.vllm_rules import utilization_flag
 from ..config import ModelSettings
 from ..engine_cmdline import EngineArgs
 from ..forecast.policy import ServedModel
@@ -320,6 +321,7 @@ class CapacityLayer:
             gpu_memory_bytes=self.gpu_memory,
             non_kv_bytes=functools.partial(self.non_kv_bytes, layout),
             gpu_name=(cap.gpu_name(self.settings.gpu_memory) or "") if self.settings.gpu_memory else "",
+            utilization_flag=utilization_flag(v) if (v := self.settings.vllm_version) else None,
         )
 
     def non_kv_bytes(self, layout: cap.KVLayout) -> cap.NonKVBytes:

@@ -467,8 +467,9 @@ def _watched_s(pod: PodSeries, period: Period) -> float:
     return (seen[-1] - seen[0] + 1) * period.step_s if seen else 0.0
 
 
-def _pod_pool(pod: PodSeries, capacity_tokens: float, block_size: int) -> Pool:
-    """The pod's last KV pool, as the advice policy reads it (its peak of running requests included)."""
+def _pod_pool(pod: PodSeries, capacity_tokens: float, block_size: int, model: ServedModel | None) -> Pool:
+    """The pod's last KV pool, as the advice policy reads it (its peak of running requests included);
+    the utilization flag spelt as the configured vLLM version spells it (``model.vllm_version``)."""
     running = [pod.requests_running_peak] if pod.requests_running_peak is not None else _finite(pod.running_max)
     return Pool(
         capacity_tokens=capacity_tokens,
@@ -477,6 +478,7 @@ def _pod_pool(pod: PodSeries, capacity_tokens: float, block_size: int) -> Pool:
         gpu_memory_utilization=pod.gpu_memory_utilization,
         max_model_len=None,
         requests_running=max(running) if running else None,
+        flag=model.utilization_flag if model is not None else None,
     )
 
 
@@ -487,7 +489,7 @@ def _pod_advice(
     peak, c0, bs, usable = capacity.peak_demand_tokens, capacity.capacity_tokens, pod.block_size, capacity.usable_tokens
     if peak is None or c0 is None or not bs or not usable or usable <= 0:
         return _Advised(_no_advice(pod, capacity), peak, None, bs)
-    pool = _pod_pool(pod, c0, bs)
+    pool = _pod_pool(pod, c0, bs, model)
     raw = advise(peak_demand_tokens=peak, watched_s=_watched_s(pod, period), pool=pool, model=model, settings=settings)
     new_capacity = capacity_after(raw, pool, model) if raw.recommendation.action != NO_ACTION else None
     after = _after_ratio(raw, peak, new_capacity, bs)
@@ -530,11 +532,11 @@ def _gpus_per_replica(pods: Sequence[PodSeries]) -> int | None:
     return None
 
 
-def _replica(pod: PodSeries, capacity: Capacity) -> Replica | None:
+def _replica(pod: PodSeries, capacity: Capacity, model: ServedModel | None) -> Replica | None:
     peak, c0, bs = capacity.peak_demand_tokens, capacity.capacity_tokens, pod.block_size
     if peak is None or c0 is None or not bs or c0 <= bs:
         return None
-    pool = _pod_pool(pod, c0, bs)
+    pool = _pod_pool(pod, c0, bs, model)
     return Replica(pod.pod, peak, pool)
 
 
@@ -629,7 +631,7 @@ def _model_advice(
     The model's peak demand (the largest sum over its pods at one step) spread evenly over the pods
     that reported a pool; a pod whose own peak is far above that share is a finding of its own.
     """
-    replicas = [r for r in (_replica(pod, report.capacity) for pod, report in rows) if r is not None]
+    replicas = [r for r in (_replica(pod, report.capacity, served) for pod, report in rows) if r is not None]
     if not replicas or model_peak is None:
         return _no_advice(rows[0][0] if rows else None, rows[0][1].capacity if rows else None)
     watched = max(_watched_s(pod, period) for pod, _ in rows)

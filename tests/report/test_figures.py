@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.capacity.budget import NonKVBytes
+from sidecar.capacity.vllm_rules import utilization_flag
 from sidecar.forecast.policy import AdviceSettings, Pool, ServedModel, advise
 from sidecar.forecast.sizing import capacity_at_utilization, suggested_replicas
 from sidecar.report import figures
@@ -294,6 +295,23 @@ def test_workload_advice_sizes_replicas_and_flags():
     assert a.sentence.startswith(
         f"Set --gpu-memory-utilization 0.90 → 0.95 on 2 → {n} replicas (4 → {2 * n} GPUs): 131,072 → "
     )
+
+
+def test_the_flags_are_spelt_as_the_configured_vllm_version_spells_them():
+    """model.vllm_version 0.31.0 or later: vLLM's --device-memory-utilization alias (vLLM PR #56547), before
+    and after the change; 0.30.0: the old name, which every version accepts."""
+    cap, peak = 131_072.0 + BS, 353_248.0
+    flags = {}
+    for version in ("0.32.0", "0.30.0"):
+        pods = [
+            pod(TWO_H, LLAMA, name, usage_mean=1.0, usage_max=1.0, demand_max=peak / 2, capacity_tokens=cap)
+            for name in ("a-0", "a-1")
+        ]
+        model = replace(served(gpu_memory=24 * GIB, kv_dtype_bytes=1), utilization_flag=utilization_flag(version))
+        a = compute(*pods, served_models={LLAMA: model}).models[0].advice
+        flags[version] = (a.current_flags, a.set_flags)
+    assert flags["0.32.0"] == (["--device-memory-utilization 0.90"], ["--device-memory-utilization 0.95"])
+    assert flags["0.30.0"] == (["--gpu-memory-utilization 0.90"], ["--gpu-memory-utilization 0.95"])
 
 
 def test_one_replica_gets_the_daemons_advice():
