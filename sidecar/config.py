@@ -572,6 +572,24 @@ def load_config(
     return config
 
 
+def load_forecast_params(path: str | None = None) -> ForecastSettings:
+    """The ``forecast:`` section of ``path`` (checked against the file's scrape interval): what
+    ``kv-sidecar dashboards render`` sizes the workload advice with (its peak window and utilization
+    bounds), so that the dashboards advise what the sidecars configured by the same file do. Like
+    :func:`load_rule_params`, the file alone. Raises :class:`ConfigError` listing every problem."""
+    file_data = read_yaml(path) if path else {}
+    origins: dict[str, str] = {}
+    merged = merge_overrides(file_data, {}, {}, None, origins)
+    problems: list[str] = []
+    sections = _sections(merged, problems, ("scrape", "forecast"))
+    interval = _read(_ROWS["scrape"], sections["scrape"], "scrape", problems)["scrape_interval_s"]
+    forecast = ForecastSettings(**_read(_ROWS["forecast"], sections["forecast"], "forecast", problems))
+    _check_forecast(forecast, sections["forecast"], interval, problems)
+    if problems:
+        raise ConfigError(_attribute(problems, origins), path or "config")
+    return forecast
+
+
 def load_rule_params(
     path: str | None = None, *, flags: Mapping[tuple[str, str], Any] | None = None
 ) -> tuple[Thresholds, RuleParams]:

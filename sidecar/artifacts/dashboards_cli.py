@@ -3,8 +3,10 @@
 - ``render`` writes the dashboards' JSON (``dashboards/<uid>.json``, what ``make generate`` commits
   with the defaults), or their Kubernetes ConfigMaps, from the same ``thresholds:``/``alerts:``
   sections ``kv-sidecar rules render`` reads (:func:`sidecar.config.load_rule_params`), so the lines
-  the dashboards draw are the thresholds that page. ``--namespace-label``/``--pod-label`` name the
-  labels Prometheus' discovery sets when they are not kube-prometheus' ``namespace``/``pod``.
+  the dashboards draw are the thresholds that page, and its ``forecast:`` section
+  (:func:`sidecar.config.load_forecast_params`), so the workload advice sizes as the sidecars do.
+  ``--namespace-label``/``--pod-label`` name the labels Prometheus' discovery sets when they are not
+  kube-prometheus' ``namespace``/``pod``.
 - ``push`` upserts them through Grafana's HTTP API (:mod:`sidecar.artifacts.grafana`).
 - ``snapshot`` draws their panels from a Prometheus to PNG files (:mod:`sidecar.artifacts.snapshot`).
 
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, load_rule_params
+from ..config import ConfigError, load_forecast_params, load_rule_params
 from . import grafana, snapshot
 from .files import write_atomically
 from .provisioning import CONFIGMAPS_FILE
@@ -96,8 +98,8 @@ def _add_render(actions: Any) -> None:
     render = actions.add_parser(
         "render",
         help="write the dashboards' JSON or their Kubernetes ConfigMaps",
-        description="Build the dashboards from the thresholds: and alerts: sections of the configuration "
-        "(the file `kv-sidecar rules render` reads) and write them.",
+        description="Build the dashboards from the thresholds:, alerts: and forecast: sections of the "
+        "configuration (the file `kv-sidecar rules render` reads) and write them.",
     )
     render.add_argument(
         "--out",
@@ -133,7 +135,7 @@ def _add_render(actions: Any) -> None:
         dest="config_file",
         metavar="FILE",
         default=None,
-        help="sidecar configuration YAML; its thresholds: and alerts: sections are used (default: none)",
+        help="sidecar configuration YAML; its thresholds:, alerts: and forecast: sections are used (default: none)",
     )
     render.set_defaults(func=_needs_extra("grafana_foundation_sdk", render_command))
 
@@ -150,7 +152,11 @@ def _texts(args: argparse.Namespace) -> dict[str, str]:
 
     thresholds, rules = load_rule_params(args.config_file)
     params = DashboardParams.from_rules(
-        thresholds, rules, namespace_label=args.namespace_label, pod_label=args.pod_label
+        thresholds,
+        rules,
+        namespace_label=args.namespace_label,
+        pod_label=args.pod_label,
+        forecast=load_forecast_params(args.config_file),
     )
     dashboards = build_dashboards(params)
     if args.format == "json":

@@ -174,6 +174,20 @@ def test_render_reads_the_thresholds_and_labels_it_is_given(tmp_path):
     assert "https://runbooks.test/kv" in [link["url"] for link in pod["links"]]
 
 
+def test_render_sizes_the_workload_advice_with_the_files_forecast_section(tmp_path, capsys):
+    """The Fleet's workload advice uses the sidecars' peak window and utilization bounds, not the defaults."""
+    cfg = tmp_path / "sidecar.yaml"
+    cfg.write_text("forecast:\n  peak_window: 6h\n  utilization_max: 0.97\n", encoding="utf-8")
+    assert _cli("dashboards", "render", "--config.file", str(cfg), "--out", str(tmp_path / "out")) == 0
+    fleet = (tmp_path / "out" / "kvcache-overview.json").read_text(encoding="utf-8")
+    default = (REPO / "dashboards" / "kvcache-overview.json").read_text(encoding="utf-8")
+    assert "[6h]" in fleet and "[6h]" not in default
+    assert "0.97" in fleet and "[24h]" in default
+    cfg.write_text("forecast:\n  utilization_min: 0.9\n  utilization_max: 0.8\n", encoding="utf-8")
+    assert _cli("dashboards", "render", "--config.file", str(cfg)) == 2
+    assert "forecast.utilization_min/utilization_max" in capsys.readouterr().err
+
+
 def test_render_refuses_a_bad_configuration_and_a_file_as_out_dir(tmp_path, capsys):
     cfg = tmp_path / "sidecar.yaml"
     cfg.write_text("thresholds:\n  warning: 0.95\n", encoding="utf-8")

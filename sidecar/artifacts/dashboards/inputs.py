@@ -75,9 +75,12 @@ class DashboardParams:
         namespace_label: str = "namespace",
         pod_label: str = "pod",
         cluster_label: str = "cluster",
+        forecast: ForecastSettings | None = None,
     ) -> DashboardParams:
-        """The parameters of the alert rules rendered from the same configuration, plus label names."""
+        """The parameters of the alert rules rendered from the same configuration, plus label names and
+        its ``forecast:`` section (None: the defaults)."""
         return cls(
+            forecast=forecast or ForecastSettings(),
             thresholds=thresholds,
             runbook_base_url=rules.runbook_base_url,
             sidecar_job=rules.sidecar_job,
