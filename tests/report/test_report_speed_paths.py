@@ -115,6 +115,8 @@ def _plain(value: Any) -> Any:
         return value if math.isfinite(value) else None
     if isinstance(value, (list, tuple, array)):
         return [_plain(v) for v in value]
+    if isinstance(value, ModelKey):  # workload and cluster only where the series carry them (docs/report.md)
+        return {k: v for k, v in dataclasses.asdict(value).items() if v or k in ("namespace", "model_name")}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
@@ -157,5 +159,5 @@ def test_info_labels_tied_in_the_last_hour_are_read_again_by_the_minute(stub):
     b = _Batch("pod", [_Pod(ModelKey("ns", "m"), "p", "0", "pod", 1)])
     newest: dict[Any, dict[str, str]] = {}
     reader._newest_labels(b, period, "kvcache_server_info", "block_size, kv_cache_memory_bytes", newest)
-    assert newest == {("ns", "m", "p", "0"): new}
+    assert newest == {(*dataclasses.astuple(ModelKey("ns", "m")), "p", "0"): new}
     assert [form["step"] for _, _, form in s.requests] == ["3600", "60"]
