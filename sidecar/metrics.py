@@ -243,7 +243,8 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "1 per serving setting the capacity model uses (tensor_parallel_size, pipeline_parallel_size, dtype, "
         "max_model_len, kv_cache_dtype, gpu_memory_utilization, kv_cache_memory_bytes, max_num_seqs, "
         "max_num_batched_tokens, enforce_eager), labelled with its value and where it came from: cmdline "
-        "(vLLM's command line, model.process_discovery), metrics (vLLM's page), config (the model: section) or "
+        "(vLLM's command line, model.process_discovery; a flag the command line leaves out is vLLM's default "
+        "for it, known to be what runs), metrics (vLLM's page), config (the model: section) or "
         "default. Absent when model.config is not set.",
         "source=config or default for tensor_parallel_size on a sharded model: the sidecar cannot see vLLM's "
         'process (docs/kubernetes.md, "Tensor and pipeline parallelism").',
