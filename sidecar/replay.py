@@ -77,6 +77,8 @@ def replay_config(
         ("model", "config"): model_config,
         ("model", "gpu_memory"): gpu_memory,
         ("thresholds", "target_usage"): target_usage,
+        # the page comes from the simulator in-process: there is no vLLM process to find in /proc
+        ("model", "process_discovery"): False,
     }
     return load_config(
         None, env={}, flags=flags, flag_targets=[{"name": TARGET, "url": REPLAY_URL, "clock": "simulated"}]

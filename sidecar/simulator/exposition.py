@@ -29,6 +29,7 @@ docs/vllm-metrics.md ("Metric generations"):
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -146,14 +147,31 @@ class _Writer:
             if buckets is not None:  # an older generation's bucket list over the same data
                 h = _rebucket(h, buckets)
             lab = self.base(e)
-            for bound, cum in h.cumulative():
-                self.lines.append(f"{name}_bucket{_labels({**lab, 'le': _num(bound)})} {_num(cum)}")
+            prefixes = _bucket_prefixes(name, lab, h.bounds)
+            self.lines.extend(f"{p} {_num(cum)}" for p, (_, cum) in zip(prefixes, h.cumulative(), strict=True))
             self.lines.append(f"{name}_count{_labels(lab)} {_num(h.count)}")
             self.lines.append(f"{name}_sum{_labels(lab)} {_num(h.sum)}")
         if self.created_series:
             self.header(name + "_created", help_, "gauge")
             for e in self.sim.engines:
                 self.lines.append(f"{name}_created{_labels(self.base(e))} {_num(self.created_at(e))}")
+
+
+#: ``name_bucket{labels,le="…"}`` per (histogram, labels, bounds): the same strings at every scrape, so
+#: they are made once (a page renders 16 histograms of about 20 buckets each).
+_BUCKET_PREFIXES: dict[tuple[str, tuple[tuple[str, str], ...], tuple[float, ...]], tuple[str, ...]] = {}
+
+
+def _bucket_prefixes(name: str, lab: dict[str, str], bounds: list[float]) -> tuple[str, ...]:
+    key = (name, tuple(lab.items()), tuple(bounds))
+    found = _BUCKET_PREFIXES.get(key)
+    if found is None:
+        if len(_BUCKET_PREFIXES) > 4096:  # many model names or engines: start over rather than grow
+            _BUCKET_PREFIXES.clear()
+        found = _BUCKET_PREFIXES[key] = tuple(
+            f"{name}_bucket{_labels({**lab, 'le': _num(b)})}" for b in [*bounds, math.inf]
+        )
+    return found
 
 
 def _rebucket(h: Histogram, bounds: list[float]) -> Histogram:

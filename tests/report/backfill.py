@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,9 +41,19 @@ def start(procs: Processes, workdir: Path, data: Path, port: int) -> str:
 
 @contextmanager
 def backfilled_prometheus(
-    work: Path, openmetrics: Path, start_s: float, end_s: float, thresholds: Thresholds | None = None
+    work: Path,
+    openmetrics: Path,
+    start_s: float,
+    end_s: float,
+    thresholds: Thresholds | None = None,
+    records: Collection[str] | None = None,
 ) -> Iterator[str]:
-    """The URL of a Prometheus serving ``openmetrics`` and the recording rules over ``[start_s, end_s)``."""
+    """The URL of a Prometheus serving ``openmetrics`` and the recording rules over ``[start_s, end_s)``.
+
+    ``records``: the recording rules to evaluate, by the name they record (None: every one). promtool
+    evaluates each rule as a range query over the whole period, so a test that reads two recorded series
+    over two weeks names them rather than waiting for all thirty.
+    """
     if not (shutil.which("prometheus") and shutil.which("promtool")):
         pytest.skip("needs Debian's prometheus and promtool (make test installs them)")
     data = work / "data"
@@ -61,7 +71,12 @@ def backfilled_prometheus(
         work,
     )
     groups = build_rule_groups(thresholds or Thresholds(), RuleParams())["groups"]
-    recording = {"groups": [g for g in groups if g["name"] == "kvcache.rules"]}
+    (group,) = (g for g in groups if g["name"] == "kvcache.rules")
+    if records is not None:
+        missing = set(records) - {r["record"] for r in group["rules"]}
+        assert not missing, f"not recording rules of kvcache.rules: {sorted(missing)}"
+        group = {**group, "rules": [r for r in group["rules"] if r["record"] in records]}
+    recording = {"groups": [group]}
     (work / "recording.yaml").write_text(yaml.safe_dump(recording, sort_keys=False), encoding="utf-8")
     procs = Processes(work)
     port = free_port()

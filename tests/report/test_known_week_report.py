@@ -27,8 +27,12 @@ from known_week import PODS, Known, cached_week, known
 from processes import kv_sidecar
 
 from sidecar.forecast.recommendation import recommend
+from sidecar.report.prometheus import MODEL_USAGE_RULE, MODEL_WAITING_RULE
 
-# Generating the known week (5 pods, 2 weeks, a scrape a minute through the daemon's code) takes
+#: The recorded series the report reads (sidecar/report/prometheus.py): the only rules evaluated over the weeks.
+REPORT_RECORDS = (MODEL_USAGE_RULE, MODEL_WAITING_RULE)
+
+# Generating the known week (4 pods, 2 weeks, a scrape a minute through the daemon's code) takes
 # minutes on a fresh clone; later runs reuse it (.test-artifacts/known-week/).
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
@@ -43,7 +47,9 @@ def week() -> Known:
 @pytest.fixture(scope="module")
 def prometheus(week, tmp_path_factory):
     work = tmp_path_factory.mktemp("known-week-prometheus")
-    with backfilled_prometheus(work, week.files["om"], week.previous_start - 3600, week.end) as url:
+    with backfilled_prometheus(
+        work, week.files["om"], week.previous_start - 3600, week.end, records=REPORT_RECORDS
+    ) as url:
         yield url
 
 
@@ -253,7 +259,9 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "prometheus").mkdir()
-        with backfilled_prometheus(work / "prometheus", week.files["om"], week.previous_start - 3600, week.end) as url:
+        with backfilled_prometheus(
+            work / "prometheus", week.files["om"], week.previous_start - 3600, week.end, records=REPORT_RECORDS
+        ) as url:
             _report(work, week, "--prometheus-url", url, formats="json,html")
         (page,) = (work / "out").glob("*.html")
         screenshot(page, target, height)

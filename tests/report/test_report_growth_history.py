@@ -31,7 +31,7 @@ from sidecar.report.data import Period, Week
 from sidecar.report.embedded import HistorySource
 from sidecar.report.figures import compute
 from sidecar.report.growth import WEEK_S, growth_text
-from sidecar.report.prometheus import PrometheusSource
+from sidecar.report.prometheus import MODEL_USAGE_RULE, MODEL_WAITING_RULE, PrometheusSource
 from sidecar.report.results import ModelReport
 from sidecar.thresholds import Thresholds
 
@@ -123,7 +123,9 @@ def from_prometheus(tmp_path_factory) -> Iterator[dict[str, ModelReport]]:
     work = tmp_path_factory.mktemp("growth-prometheus")
     openmetrics(work / "weeks.om")
     # the recording rules are evaluated over the report's week only (the weeks before are read for their demand)
-    with backfilled_prometheus(work, work / "weeks.om", PERIOD.start - 3600, PERIOD.end, TH) as url:
+    with backfilled_prometheus(
+        work, work / "weeks.om", PERIOD.start - 3600, PERIOD.end, TH, records=(MODEL_USAGE_RULE, MODEL_WAITING_RULE)
+    ) as url:
         source = PrometheusSource(url, concurrency=2)
         week = source.load(PERIOD, f'{{namespace="{NAMESPACE}"}}', compare_previous=True, thresholds=TH)
         yield _models(week)
