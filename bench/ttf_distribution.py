@@ -20,6 +20,12 @@ Per run it prints:
   number of such runs, the median and the longest. A dip below 0.8 that comes back above it inside
   the run is part of the saturation (a preemption frees a request's blocks at once), not a drop.
 
+A second table reads ``kvcache_burst_headroom_ratio`` on the same runs (docs/forecast.md,
+"``kvcache_burst_*``"): the share of samples at which it is finite, its median, the share below 1;
+and, per preemption episode (``preemption_episodes``: preemptions at most 2 minutes apart), its
+value at the last sample before the episode's start. The question it answers: does "headroom < 1"
+precede the preemption episodes more often than it occurs in the runs that never preempt?
+
 The full traces are not in the repository (docs/simulator.md, "Replaying a trace", says where they
 are). A run of the one-hour Mooncake conversation trace takes a few minutes of CPU. Mooncake's
 ``hash_ids`` are replayed (prefix hits from the trace's own reuse, shared blocks held once);
@@ -37,12 +43,24 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from sidecar.forecast_validation import FORECAST_FLAGS, TRACE_SERVER, TTF, USAGE, Trace, collect_trace
+from sidecar.forecast_validation import (
+    FORECAST_FLAGS,
+    TRACE_SERVER,
+    TTF,
+    USAGE,
+    Trace,
+    collect_trace,
+    preemption_episodes,
+)
 from sidecar.simulator.simulation import peak_used_blocks
 from sidecar.simulator.trace import TraceError, TracePlay, load_trace
 
 #: Below this usage the cache is clearly not full: a 0 after it is the estimator's memory, not the cache.
 DROPPED_BELOW = 0.8
+BURST_HEADROOM = "kvcache_burst_headroom_ratio"
+#: The burst headroom levels counted: 1 (the HELP text's "would not fit now") and a quarter, a level read off
+#: these same runs (the values before the episodes), not validated on traffic it was not read from.
+BELOW = (1.0, 0.25)
 
 
 @dataclass(frozen=True)
@@ -90,6 +108,60 @@ def distribution(tr: Trace) -> Distribution:
         flips=flips,
         drop_lags_s=tuple(lags),
     )
+
+
+@dataclass(frozen=True)
+class BurstReading:
+    samples: int  # samples after the warm-up
+    finite: tuple[float, ...]  # the finite published values
+    below: tuple[int, ...]  # published samples below each level of BELOW
+    before_episodes: tuple[float | None, ...]  # at the last sample before each preemption episode's start
+
+    def share(self, n: int) -> str:
+        return f"{100 * n / self.samples:.1f} %" if self.samples else "—"
+
+
+def burst_reading(tr: Trace) -> BurstReading:
+    """The burst headroom of one recorded run, and its value just before each preemption episode."""
+    vals = tr.g[BURST_HEADROOM]
+    before: list[float | None] = []
+    for start, _ in preemption_episodes(tr):
+        i = max((j for j, t in enumerate(tr.t) if t < start), default=None)
+        before.append(None if i is None else vals[i])
+    return BurstReading(
+        samples=len(tr.t),
+        finite=tuple(v for v in vals if v is not None and math.isfinite(v)),
+        below=tuple(sum(1 for v in vals if v is not None and v < x) for x in BELOW),
+        before_episodes=tuple(before),
+    )
+
+
+def _quantiles(vals: Sequence[float]) -> str:
+    if not vals:
+        return "—"
+    q = statistics.quantiles(vals, n=10, method="inclusive") if len(vals) > 1 else [vals[0]] * 9
+    return f"{q[0]:.2f} / {statistics.median(vals):.2f} / {q[8]:.2f}"
+
+
+def burst_table(runs: Sequence[tuple[str, float, Trace]]) -> str:
+    levels = " / ".join(f"{x:g}" for x in BELOW)
+    rows = [
+        f"| trace | peaks at | preemptions | episodes | finite | p10 / median / p90 | below {levels} | "
+        f"before each episode: below {levels}, values |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, scale, tr in runs:
+        b = burst_reading(tr)
+        before = [v for v in b.before_episodes if v is not None]
+        lows = " / ".join(str(sum(1 for v in before if v < x)) for x in BELOW)
+        shown = ", ".join(f"{v:.2f}" for v in before[:12]) + (" ..." if len(before) > 12 else "")
+        at_start = f"{lows} of {len(b.before_episodes)}: {shown}" if b.before_episodes else "—"
+        shares = " / ".join(b.share(n) for n in b.below)
+        rows.append(
+            f"| {name} | {scale:g} | {tr.preemptions} | {len(b.before_episodes)} | {b.share(len(b.finite))} "
+            f"| {_quantiles(b.finite)} | {shares} | {at_start} |"
+        )
+    return "\n".join(rows)
 
 
 def _run(args: tuple[str, float, bool]) -> tuple[str, float, Trace]:
@@ -150,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with ProcessPoolExecutor(max_workers=a.processes) as pool:
             runs = list(pool.map(_run, jobs))
     print(table(runs))
+    print()
+    print(burst_table(runs))
     return 0
 
 

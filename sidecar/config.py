@@ -159,6 +159,8 @@ class ForecastSettings:
     #: minimum width of the trend's time slices (0 = each window / 6); see sidecar.forecast.fill_rate
     segment_s: float = default("forecast.segment")
     peak_window_s: float = default("forecast.peak_window")  # peak demand for the suggested utilization
+    #: the largest one-minute rise of demand is kept over this window (kvcache_burst_tokens)
+    burst_window_s: float = default("forecast.burst_window")
     utilization_min: float = default("forecast.utilization_min")
     utilization_max: float = default("forecast.utilization_max")
 

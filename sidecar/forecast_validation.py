@@ -103,6 +103,8 @@ GAUGES = (
     "kvcache_time_until_full_seconds",
     "kvcache_time_until_watermark_seconds",
     "kvcache_engine_start_time_seconds",
+    "kvcache_burst_tokens",
+    "kvcache_burst_headroom_ratio",
 )
 
 

@@ -104,7 +104,8 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "counter",
         "requests",
         KEY,
-        "Requests preempted for lack of KV blocks (vllm:num_preemptions_total; resets on restart).",
+        "Requests preempted (vllm:num_preemptions_total; resets on restart): for lack of KV blocks, or, where vLLM "
+        "says so, for a higher-priority request or a prefix-cache reset (kvcache_preemptions_by_reason_total).",
         "Any sustained rate means the cache is too small for the load: see KVCachePreemptions.",
     ),
     MetricDoc(
@@ -309,6 +310,29 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         KEY,
         "Watermark headroom above the demand's peaks / fill rate; +Inf when not filling, 0 at or above the watermark.",
         "When the paging watermark will be crossed at the current trend.",
+    ),
+    MetricDoc(
+        "kvcache_burst_tokens",
+        "gauge",
+        "tokens",
+        KEY,
+        "Largest rise of kvcache_demand_tokens within a minute over forecast.burst_window (1h by default): at each "
+        "sample, demand minus its minimum over the preceding 60s (or since the previous scrape, when scrapes are a "
+        "minute or more apart), the maximum over the window. Counted from forecast.window after the engine's start "
+        "or restart (a fill from empty is no burst), published once those samples span 60s; 0 when the demand "
+        "never rose.",
+        "The burst the pool has had to absorb lately: read it with kvcache_burst_headroom_ratio.",
+    ),
+    MetricDoc(
+        "kvcache_burst_headroom_ratio",
+        "gauge",
+        "ratio",
+        KEY,
+        "Free tokens now (usable capacity minus kvcache_demand_tokens, at least 0) / kvcache_burst_tokens; +Inf when "
+        "the burst is 0. Below 1: a burst as large as the largest of the last forecast.burst_window would not fit "
+        "now (requests would wait or be preempted).",
+        "Below 1 on bursty traffic, where the time until full is 0 or +Inf: the next burst like the last hour's "
+        "largest will queue or preempt; add KV capacity or replicas before it comes.",
     ),
     MetricDoc(
         "kvcache_engine_start_time_seconds",

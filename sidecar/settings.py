@@ -391,7 +391,8 @@ SETTINGS: tuple[Setting, ...] = (
         "window",
         Duration(),
         600.0,
-        "the shortest window of the fill-rate trend (follows fast ramps)",
+        "the shortest window of the fill-rate trend (follows fast ramps); the burst gauges also wait this long "
+        "after an engine's start",
         attr="window_s",
         run_flag=True,
     ),
@@ -429,6 +430,15 @@ SETTINGS: tuple[Setting, ...] = (
         "the window of the peak demand the suggested settings are sized for: a day, so that the advice at "
         "the night's trough still holds the day's peak (a shorter window gives back memory the next peak needs)",
         attr="peak_window_s",
+    ),
+    Setting(
+        "forecast",
+        "burst_window",
+        Duration(at_least=60.0),
+        3600.0,
+        "the window kvcache_burst_tokens keeps the largest one-minute rise of the demand over (the burst "
+        "kvcache_burst_headroom_ratio is measured against); at least 1m",
+        attr="burst_window_s",
     ),
     Setting("forecast", "utilization_min", Number(), 0.5, "suggested utilizations are clamped to at least this ..."),
     Setting("forecast", "utilization_max", Number(), 0.95, "... and at most this"),

@@ -105,6 +105,7 @@ def full_run_registry(tmp_path_factory):
                 ("model", "config"): str(CPU_032 / "tiny-llama-gqa-bf16.config.json"),
                 ("model", "gpu_memory"): "8MiB",
                 ("history", "path"): str(tmp_path_factory.mktemp("history") / "history.sqlite"),
+                ("forecast", "window"): "1m",
             },
             flag_targets=[s.url for s in servers],
         )
@@ -112,7 +113,7 @@ def full_run_registry(tmp_path_factory):
         sidecar = Sidecar(config, build_extenders(config), clock=lambda: clock[0], history=history)
         sidecar.collector.reload_status = lambda: ReloadStatus(successful=True, last_success_s=clock[0])  # as serve()
         loop = asyncio.new_event_loop()
-        for i in range(8):
+        for i in range(25):  # kvcache_burst_*: counted from forecast.window (1m here) after the start, for a minute
             servers[0].behaviour = ok((full_a if i == 0 else full_b).encode())
             servers[1].behaviour = ok((by_util[0] if i == 0 else by_util[1]).encode())
             clock[0] += 5

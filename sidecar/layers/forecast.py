@@ -1,12 +1,12 @@
 """The forecast layer: demand, fill rate, time until full, concurrency at real lengths, and advice.
 
 Gauges ``kvcache_demand_tokens``, ``kvcache_max_concurrent_requests{basis}``,
-``kvcache_fill_rate_tokens_per_second``, ``kvcache_time_until_{full,watermark}_seconds``
-and the advice (``kvcache_suggested_*``, shortfall, replicas, levers,
-``kvcache_recommendation_info``); formulas in docs/forecast.md. The numbers are
+``kvcache_fill_rate_tokens_per_second``, ``kvcache_time_until_{full,watermark}_seconds``,
+``kvcache_burst_tokens``, ``kvcache_burst_headroom_ratio`` and the advice (``kvcache_suggested_*``,
+shortfall, replicas, levers, ``kvcache_recommendation_info``); formulas in docs/forecast.md. The numbers are
 the pure functions of :mod:`sidecar.forecast`; what to suggest and what to
 withhold is :func:`sidecar.forecast.policy.advise`. This layer keeps, per engine,
-the demand series the trend and the peak are read from, and when the engine started
+the demand series the trend, the peak and the largest one-minute rise are read from, and when the engine started
 (``kvcache_engine_start_time_seconds``: the sample time the sidecar first saw it, moved to
 the scrape at which ``vllm:prompt_tokens_total`` went down, i.e. vLLM restarted; Prometheus'
 counter-reset rule, docs "Counter"), which ``KVCacheFullSoon`` is guarded on: a server that
@@ -23,6 +23,7 @@ from typing import Any
 from .. import forecast as fc
 from ..config import ForecastSettings
 from ..derive import Derived
+from ..forecast.burst import BurstWindow, burst_headroom_ratio
 from ..forecast.policy import Advice, AdviceSettings, Pool, advise, sizing_gpu_memory
 from ..forecast.trend import DEFAULT_SEGMENTS
 from ..metrics import Gauge, MetricDoc, entry
@@ -46,6 +47,8 @@ SHORTFALL = entry("kvcache_capacity_shortfall_tokens")
 SUGGESTED_REPLICAS = entry("kvcache_suggested_replicas")
 LEVER_CAPACITY = entry("kvcache_lever_capacity_tokens")
 GPU_MEMORY = entry("kvcache_gpu_memory_bytes")
+BURST = entry("kvcache_burst_tokens")
+BURST_HEADROOM = entry("kvcache_burst_headroom_ratio")
 _Out = dict[MetricDoc, Gauge]
 
 
@@ -81,6 +84,9 @@ class ForecastLayer:
         #: per engine: the running maximum of demand over forecast.peak_window, as a monotonic queue
         #: (values decreasing from the left): the peak in O(1) per scrape instead of a scan of an hour.
         self._peaks: dict[TargetModelEngine, deque[tuple[float, float]]] = {}
+        #: per engine: the largest one-minute rise of demand over forecast.burst_window (two monotonic queues,
+        #: sidecar.forecast.burst), started again at a vLLM restart as the trend is
+        self._bursts: dict[TargetModelEngine, BurstWindow] = {}
         #: per engine: the sample time the layer first saw it (advice to lower needs a whole peak window)
         self._first_seen: dict[TargetModelEngine, float] = {}
         #: per engine: when its current process started as far as the sidecar can tell (first seen, or the
@@ -132,6 +138,7 @@ class ForecastLayer:
             return out
 
         out.update(self._until_full(key, series, now, demand, d, bs))
+        out.update(self._burst(key, now, demand, d))
         peaks = self._peaks[key]
         if d.capacity_tokens is None or not peaks:  # no capacity figure (a hybrid model) or no demand yet
             out[RECOMMENDATION] = {("none", "insufficient_data"): 1.0}
@@ -217,6 +224,18 @@ class ForecastLayer:
             out[UNTIL_WATERMARK] = until_mark
         return out
 
+    def _burst(self, key: TargetModelEngine, now: float, demand: float, d: Derived) -> _Out:
+        """The largest one-minute rise of the window and the free tokens now against it (docs/forecast.md)."""
+        burst = self._bursts[key].largest_rise(now, window_s=self.settings.burst_window_s)
+        if burst is None:
+            return {}
+        out: _Out = {BURST: burst}
+        if d.free_tokens is not None and d.used_tokens is not None and math.isfinite(demand):
+            # usable capacity (used + free) minus the demand now: the waiting requests' KV is not free
+            free_now = d.used_tokens + d.free_tokens - demand
+            out[BURST_HEADROOM] = burst_headroom_ratio(free_tokens=free_now, burst_tokens=burst)
+        return out
+
     def _trend_points(
         self, key: TargetModelEngine, series: deque[tuple[float, float]], now: float
     ) -> list[tuple[float, float]]:
@@ -228,6 +247,7 @@ class ForecastLayer:
         return (
             self._demand,
             self._peaks,
+            self._bursts,
             self._resets,
             self._last_counter,
             self._first_seen,
@@ -255,6 +275,7 @@ class ForecastLayer:
             self.forget(key)
         series = self._demand.setdefault(key, deque())
         peaks = self._peaks.setdefault(key, deque())
+        bursts = self._bursts.setdefault(key, BurstWindow())
         self._first_seen.setdefault(key, now)
         self._started.setdefault(key, now)
         if (not series or now > series[-1][0]) and math.isfinite(demand):
@@ -274,7 +295,13 @@ class ForecastLayer:
                 self._resets.setdefault(key, []).append(now)
                 self._started[key] = now
                 self._resets[key] = [t for t in self._resets[key] if t >= now - keep]
+                bursts.clear()  # and so does the burst: no rise spans two processes
             self._last_counter[key] = counter
+        # The burst counts from forecast.window after the start, as KVCacheFullSoon waits (its guard on
+        # kvcache_engine_start_time_seconds): a server filling from empty after a start, a restart or a
+        # scale-out under load is not a burst of the traffic, and it would stand in the window for an hour.
+        if now - self._started[key] >= self.settings.window_s:
+            bursts.add(now, demand, window_s=self.settings.burst_window_s)
         return series
 
 

@@ -286,6 +286,8 @@ def _signals(stack: Stack) -> list[Signal]:
         ("a configuration change", "increase(kvcache_sidecar_config_changes_total[10m]) > 0", redeployed),
         ("the advice gauges", "kvcache_suggested_gpu_memory_utilization", pods),
         ("the recommendation", "kvcache_recommendation_info", pods),
+        # counted from forecast.window (10 simulated minutes) after each engine's start or restart, for a minute
+        ("the burst headroom", "kvcache_burst_headroom_ratio", pods),
         (
             "10 evaluations of the recording rules",
             "count_over_time(namespace_model:kvcache_usage_ratio:max[10m]) >= 10",

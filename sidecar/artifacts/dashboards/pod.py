@@ -104,6 +104,7 @@ def _pod_fill(p: DashboardParams, s: Selectors) -> list[Panel]:
                     "free above the watermark",
                 ),
             ],
+            w=8,
             axis_label="tokens",
             min=0,
             stacked=True,
@@ -119,13 +120,41 @@ def _pod_fill(p: DashboardParams, s: Selectors) -> list[Panel]:
                 Q(clamped_time_until(f"kvcache_time_until_full_seconds{s.engine()}"), f"until full {engine}"),
                 Q(clamped_time_until(f"kvcache_time_until_watermark_seconds{s.engine()}"), f"until watermark {engine}"),
             ],
+            w=8,
             min=TIME_UNTIL_GRAPH_FLOOR_S,
             max=cap,
             log_scale=True,
             thresholds=threshold_steps((None, "red"), (prometheus_duration_seconds(p.full_soon_within), "transparent")),
             runbook=runbook_url(p, "KVCacheFullSoon"),
         ),
+        _burst_headroom(s, engine),
     ]
+
+
+#: The burst headroom graph's top: +Inf (no rise in the window) cannot be drawn, and a pool with this many
+#: times the largest burst free is far from the cliff.
+BURST_HEADROOM_GRAPH_CAP = 4
+
+
+def _burst_headroom(s: Selectors, engine: str) -> Graph:
+    """Free KV against the last hour's largest one-minute rise (docs/forecast.md, "kvcache_burst_*")."""
+    cap = BURST_HEADROOM_GRAPH_CAP
+    return Graph(
+        "Burst headroom: free KV ÷ the last hour's largest one-minute rise",
+        "Free KV tokens now (usable capacity minus the demand, waiting requests included) divided by the largest "
+        "rise of the demand within one minute over forecast.burst_window (1 h by default; "
+        "kvcache_burst_headroom_ratio). Below the red line at 1: a burst as large as the largest of that window "
+        "would not fit now, and requests would wait or be preempted. On bursty traffic, where the time until full "
+        "is 0 during bursts and not filling between them, this says how close the pool is to the cliff. Drawn at "
+        f"most {cap} (a line at the top: no rise in the window, or {cap} times the burst free).",
+        "short",
+        [Q(f"clamp_max(kvcache_burst_headroom_ratio{s.engine()}, {cap})", engine)],
+        w=8,
+        axis_label="free ÷ burst",
+        min=0,
+        max=cap,
+        thresholds=threshold_steps((None, "red"), (1, "transparent")),
+    )
 
 
 def _pod_tokens(p: DashboardParams, s: Selectors) -> list[Panel]:
