@@ -13,6 +13,8 @@ this script runs the library, in parallel, and prints the tables.
     .venv/bin/python bench/forecast.py --trace conversation_trace.jsonl --trace-only   # a real trace, 5 pool sizes
     .venv/bin/python bench/forecast.py --trace FILE --trace-only --save-runs runs.pkl  # record once ...
     .venv/bin/python bench/forecast.py --load-runs runs.pkl --trace-only               # ... evaluate the rules again
+    .venv/bin/python bench/forecast.py --seeds 1 --save-library lib.pkl               # the library, recorded once
+    .venv/bin/python bench/forecast.py --load-runs runs.pkl --load-library lib.pkl --trace-only --burst-sweep
     .venv/bin/python bench/forecast.py --two-days 1.1,1.1 --two-days 1.1,0.75 --two-days 1.1,0.55  # day-ago rules
 
 ``--trace FILE`` (repeatable; Azure CSV, Mooncake JSONL or plain, see docs/simulator.md) replays a
@@ -46,6 +48,7 @@ from sidecar.forecast_validation import (
     FORECAST_FLAGS,
     FORECAST_RULE,
     FORECAST_SPECIFIED,
+    PAGE_BURST_RULE,
     PAGE_KEEP_S,
     PAGE_MEMORY_RULE,
     PAGE_RULE,
@@ -61,11 +64,14 @@ from sidecar.forecast_validation import (
     TRACE_SERVER,
     TTF,
     USAGE,
+    WATERMARK_CLASSES,
     Outcome,
     Rule,
     Trace,
     TraceOutcome,
+    any_firing,
     both,
+    burst_rule,
     collect,
     collect_trace,
     firings,
@@ -75,8 +81,12 @@ from sidecar.forecast_validation import (
     median_lead,
     outcome,
     over_time,
+    preemption_episodes,
+    samples_above,
     settings_name,
     trace_outcome,
+    warned_by,
+    watermark_class,
 )
 from sidecar.simulator import LIBRARY, SimConfig, Simulator
 from sidecar.simulator.simulation import peak_used_blocks
@@ -265,7 +275,8 @@ def sweep_table(traces: Sequence[Trace]) -> str:
 #: The paging rules of the trace table: each alone, and both together (what the pager sees).
 #: "before" = the rules as they were (KVCacheAlmostFull critical above 0.9 for 5m, KVCacheFullSoon
 #: without its start guard and keep_firing_for); "with memory" = the candidate PAGE_MEMORY_RULE in place
-#: of the page (measured, not shipped); the others are the rules shipped in alerts/.
+#: of the page and "with burst headroom" = the candidate PAGE_BURST_RULE OR-ed with the shipped pair (both
+#: measured, not shipped); the others are the rules shipped in alerts/.
 PAGING: tuple[tuple[str, tuple[Rule, ...]], ...] = (
     ("AlmostFull critical before", (STATIC_ALERT,)),
     ("FullSoon before", (FORECAST_SPECIFIED,)),
@@ -275,7 +286,10 @@ PAGING: tuple[tuple[str, tuple[Rule, ...]], ...] = (
     ("any page before", (STATIC_ALERT, FORECAST_SPECIFIED)),
     ("any page", (PAGE_RULE, FORECAST_RULE)),
     ("any page with memory", (PAGE_MEMORY_RULE, FORECAST_RULE)),
+    ("any page with burst headroom", (PAGE_RULE, FORECAST_RULE, PAGE_BURST_RULE)),
 )
+#: The shipped pair: KVCacheAlmostFull critical and KVCacheFullSoon.
+SHIPPED: tuple[Rule, ...] = (PAGE_RULE, FORECAST_RULE)
 
 
 def _load(path: str) -> ArrivalTrace:
@@ -369,6 +383,92 @@ def trace_verdict(runs: Sequence[tuple[str, float, int, Trace]], rules: Sequence
     ]
 
 
+def family(name: str) -> str:
+    """The trace family of a run's trace file: the tables group Mooncake's files and Azure's."""
+    return "Azure" if name.startswith("AzureLLMInference") else "Mooncake"
+
+
+def watermark_table(runs: Sequence[tuple[str, float, int, Trace]], rules: Sequence[Rule] = SHIPPED) -> str:
+    """Per trace family and :func:`~sidecar.forecast_validation.watermark_class`: the preemption episodes
+    and how many ``rules`` (the shipped pair) warned; then, per run without preemptions, its 5-s samples
+    above 0.9 (what a page on a single sample would page on)."""
+    rows = [
+        "| traces | usage in the 15 min before the episode | episodes | warned by the shipped pair |",
+        "|---|---|---|---|",
+    ]
+    quiet = []
+    for fam in dict.fromkeys(family(name) for name, _, _, _ in runs):
+        count = dict.fromkeys(WATERMARK_CLASSES, 0)
+        warned = dict.fromkeys(WATERMARK_CLASSES, 0)
+        for name, scale, _, tr in runs:
+            if family(name) != fam:
+                continue
+            if not tr.preemption_times:
+                quiet.append(f"{name} {scale:g}: {samples_above(tr)}")
+            eps = any_firing(rules, tr)
+            for p0, _ in preemption_episodes(tr):
+                c = watermark_class(tr, p0)
+                count[c] += 1
+                warned[c] += warned_by(eps, p0)
+        for c in WATERMARK_CLASSES:
+            rows.append(f"| {fam} | {c} | {count[c]} | {warned[c]}/{count[c]} |")
+        rows.append(f"| {fam} | all | {sum(count.values())} | {sum(warned.values())}/{sum(count.values())} |")
+    rows.append("\nRuns without preemptions, 5-s samples above 0.9: " + ("; ".join(quiet) or "none"))
+    return "\n".join(rows)
+
+
+#: The burst-headroom candidates of ``--burst-sweep`` (docs/forecast-validation.md, "A burst-headroom page
+#: arm"): ``kvcache_burst_headroom_ratio < H`` for ``for:``, alone or gated on usage above 0.8 in the last
+#: minute; each OR-ed with the shipped pair.
+BURST_CANDIDATES: tuple[Rule, ...] = tuple(
+    burst_rule(h, f, gate) for gate in (None, 0.8) for h in (0.1, 0.15, 0.25, 0.5) for f in (0.0, 30.0, 60.0, 120.0)
+)
+
+
+def pair_figures(runs: Sequence[Trace], rules: Sequence[Rule]) -> list[str]:
+    """The targets' figures of ``rules`` together over ``runs``: page before the 1st preemption, median lead,
+    episodes warned, most page episodes per saturating hour, false pages, minutes paged (preempting runs),
+    page episodes in all."""
+    outs = [(tr, trace_outcome(rules, tr)) for tr in runs]
+    pre = [o for tr, o in outs if tr.preemption_times]
+    quiet = [o for tr, o in outs if not tr.preemption_times]
+    leads = [o.lead_min for o in pre if o.lead_min is not None]
+    eps = sum(o.preemption_episodes for o in pre)
+    warned = sum(o.warned for o in pre)
+    return [
+        f"{sum(1 for x in leads if x > 0)}/{len(pre)}",
+        fmt_lead(statistics.median(leads) if leads else None),
+        f"{warned}/{eps} ({100 * warned / max(eps, 1):.0f} %)",
+        f"{max((o.pages_per_saturating_hour or 0.0 for o in pre), default=0.0):g}",
+        f"{sum(o.false_page for o in quiet)}/{len(quiet)}",
+        f"{sum(o.paged_min for o in pre):.0f}",
+        f"{sum(o.page_episodes for _, o in outs)}",
+    ]
+
+
+def burst_sweep_table(runs: Sequence[tuple[str, float, int, Trace]], library: Sequence[Trace]) -> str:
+    """The shipped pair, then each burst-headroom candidate OR-ed with it, on the trace runs and (when given)
+    the library runs; the library's figures are the same, over its scenarios."""
+    head = (
+        "page before the 1st preemption | median lead (min) | episodes warned | most pages per saturating hour | "
+        "false pages | minutes paged | page episodes"
+    )
+    cols = head.count("|") + 1
+    rows = [
+        f"| candidate (OR-ed with the shipped pair) | {head} |"
+        + (f" library: {head.replace(' | ', ' | library: ')} |" if library else ""),
+        "|---|" + "---|" * cols * (2 if library else 1),
+    ]
+    trs = [tr for _, _, _, tr in runs]
+    for label, extra in [("shipped pair", ())] + [
+        (f"`{' '.join(r.expr.split())}` for {r.for_s:g}s", (r,)) for r in BURST_CANDIDATES
+    ]:
+        rules = SHIPPED + tuple(extra)
+        cells = pair_figures(trs, rules) + (pair_figures(library, rules) if library else [])
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 # ------------------------------------------------------------------------------------------------
 # Two simulated days: memory of the day's pattern (docs/forecast-validation.md, "Memory of earlier peaks")
 # ------------------------------------------------------------------------------------------------
@@ -454,6 +554,43 @@ def day_table(peaks: Sequence[tuple[float, float]]) -> str:
     return "\n".join(rows)
 
 
+def trace_part(a: argparse.Namespace, settings: dict[str, object]) -> int:
+    """The trace runs of ``main``: replayed (or loaded), their tables; 0, or 2 on a bad trace."""
+    if a.load_runs:  # a file this script wrote (pickle): only ever load your own
+        with open(a.load_runs, "rb") as f:
+            runs = pickle.load(f)
+    else:
+        try:
+            runs = trace_runs(
+                a.trace, a.trace_speed, [float(x) for x in a.trace_scales.split(",")], settings, a.processes
+            )
+        except TraceError as e:
+            print(f"bench/forecast.py: {e}", file=sys.stderr)
+            return 2
+    if a.save_runs:
+        with open(a.save_runs, "wb") as f:
+            pickle.dump(runs, f)
+    print(
+        f"Trace runs: server {TRACE_SERVER.max_num_batched_tokens} batched tokens, max_model_len "
+        f"{TRACE_SERVER.max_model_len}; the first {TRACE_PREROLL_S / 60:g} min warm up and are not counted.\n"
+    )
+    print(trace_table(runs))
+    for label, rules in PAGING:
+        print(f"\n{label}:")
+        for line in trace_verdict(runs, rules):
+            print(f"- {line}")
+    print("\nWhich episodes a watermark page can warn:\n")
+    print(watermark_table(runs))
+    if a.burst_sweep:
+        library: list[Trace] = []
+        if a.load_library:  # a file this script wrote (pickle): only ever load your own
+            with open(a.load_library, "rb") as f:
+                library = pickle.load(f)
+        print("\nBurst-headroom candidates (trace runs" + (", then the library runs):\n" if library else "):\n"))
+        print(burst_sweep_table(runs, library))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3, help="seeds per scenario (diurnal-day always 1)")
@@ -478,6 +615,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument(
         "--load-runs", metavar="FILE", help="read the trace runs --save-runs wrote instead of replaying --trace"
+    )
+    ap.add_argument(
+        "--save-library", metavar="FILE", help="pickle the recorded library runs to FILE (to evaluate other rules on)"
+    )
+    ap.add_argument(
+        "--load-library", metavar="FILE", help="read the library runs --save-library wrote instead of replaying them"
+    )
+    ap.add_argument(
+        "--burst-sweep",
+        action="store_true",
+        help="the burst-headroom candidates on the trace runs (and the --load-library runs), each OR-ed with the "
+        "shipped pair",
     )
     ap.add_argument(
         "--trace-scales",
@@ -509,32 +658,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     wall0 = time.perf_counter()
     cpu0 = time.process_time()
     if a.trace or a.load_runs:
-        if a.load_runs:  # a file this script wrote (pickle): only ever load your own
-            with open(a.load_runs, "rb") as f:
-                runs = pickle.load(f)
-        else:
-            try:
-                runs = trace_runs(
-                    a.trace, a.trace_speed, [float(x) for x in a.trace_scales.split(",")], settings, a.processes
-                )
-            except TraceError as e:
-                print(f"bench/forecast.py: {e}", file=sys.stderr)
-                return 2
-        if a.save_runs:
-            with open(a.save_runs, "wb") as f:
-                pickle.dump(runs, f)
-        print(
-            f"Trace runs: server {TRACE_SERVER.max_num_batched_tokens} batched tokens, max_model_len "
-            f"{TRACE_SERVER.max_model_len}; the first {TRACE_PREROLL_S / 60:g} min warm up and are not counted.\n"
+        if (rc := trace_part(a, settings)) or a.trace_only:
+            return rc
+    if a.load_library:  # a file this script wrote (pickle): only ever load your own
+        with open(a.load_library, "rb") as f:
+            traces = pickle.load(f)
+    else:
+        traces = run(
+            scenarios, a.seeds, SWEEP if a.sweep else [settings], a.processes, 0.0 if a.cold_start else PREROLL_S
         )
-        print(trace_table(runs))
-        for label, rules in PAGING:
-            print(f"\n{label}:")
-            for line in trace_verdict(runs, rules):
-                print(f"- {line}")
-        if a.trace_only:
-            return 0
-    traces = run(scenarios, a.seeds, SWEEP if a.sweep else [settings], a.processes, 0.0 if a.cold_start else PREROLL_S)
+    if a.save_library:
+        with open(a.save_library, "wb") as f:
+            pickle.dump(traces, f)
     wall = time.perf_counter() - wall0
     child = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = time.process_time() - cpu0 + child.ru_utime + child.ru_stime

@@ -14,20 +14,26 @@ from sidecar.forecast_validation import (
     FORECAST_RULE,
     FORECAST_SPECIFIED,
     GAUGES,
+    PAGE_BURST_RULE,
     PAGE_MEMORY_RULE,
     PAGE_RULE,
     START,
     TTF,
     USAGE,
+    WATERMARK_CLASSES,
     Rule,
     Trace,
     any_firing,
+    burst_rule,
     collect_trace,
     firings,
     gt,
     preemption_episodes,
     replay_run,
+    samples_above,
     trace_outcome,
+    warned_by,
+    watermark_class,
     with_preroll,
 )
 from sidecar.replay import Replay, replay_config
@@ -158,3 +164,57 @@ def test_the_counter_moves_of_the_warm_up_are_kept_apart_from_the_runs_preemptio
     (tr,) = collect_trace(play, config, [{}], name="warm", preroll_s=60.0)
     assert tr.preroll_preemptions > 0 and any(m <= 0 for m in tr.counter_times)
     assert tr.preemption_times and tr.preemption_times == [m for m in tr.counter_times if m > 0]
+
+
+def test_episodes_are_classed_by_what_usage_did_in_the_15_minutes_before_them():
+    """watermark_class reads the 5-s samples in [start - 15 min, start): the sample at which the counter moved
+    is not before it, and fewer than a minute of samples is a run that began saturated."""
+    at_start, never, one, many = WATERMARK_CLASSES
+    tr = _hand(720)  # an hour, every 5 s from 5 s
+    tr.g[USAGE] = [0.5] * 720
+    assert watermark_class(tr, 60.0) == at_start  # 11 samples before it (5..55 s)
+    assert watermark_class(tr, 65.0) == never  # 12
+    # a sample above 0.9 exactly 15 minutes before the start counts; one just outside does not
+    tr.g[USAGE][tr.t.index(1000.0)] = 0.95
+    assert watermark_class(tr, 1900.0) == one
+    assert watermark_class(tr, 1905.0) == never
+    # the start's own sample is not "before": its usage is what preempted
+    assert watermark_class(tr, 1000.0) == never
+    tr.g[USAGE][tr.t.index(1500.0)] = 0.91
+    assert watermark_class(tr, 1900.0) == many
+    assert watermark_class(tr, 1505.0) == many and watermark_class(tr, 1500.0) == one
+    # exactly 0.9 is not above it; an unpublished sample is not above it either
+    tr.g[USAGE][tr.t.index(1500.0)] = 0.9
+    tr.g[USAGE][tr.t.index(1600.0)] = None
+    assert watermark_class(tr, 1900.0) == one
+    assert samples_above(tr) == 1
+
+
+def test_warned_is_a_firing_at_the_start_or_in_the_15_minutes_before():
+    assert warned_by([(100.0, 200.0)], 1100.0)  # ended exactly 15 min before
+    assert not warned_by([(100.0, 195.0)], 1100.0)
+    assert warned_by([(1100.0, 1100.0)], 1100.0)  # fires at the start
+    assert not warned_by([(1105.0, 1200.0)], 1100.0)  # after it
+
+
+def test_the_burst_headroom_arm_reads_the_gauge_its_for_and_the_usage_gate():
+    tr = _hand(120)  # 10 minutes
+    burst = "kvcache_burst_headroom_ratio"
+    # headroom 0.05 from 100 s to 200 s, unpublished before 60 s (the gauge's first minute)
+    tr.g[burst] = [None if t < 60 else 0.05 if 100 <= t <= 200 else 0.6 for t in tr.t]
+    tr.g[USAGE] = [0.85 if 150 <= t <= 160 else 0.5 for t in tr.t]
+    bare = burst_rule(0.1, 0.0)
+    assert bare.expr == "kvcache_burst_headroom_ratio < 0.1" and bare.keep_s == 300.0
+    assert firings(bare, tr) == [(100.0, 500.0)]  # held 5 minutes past 200 s: up to 500 s
+    assert firings(burst_rule(0.1, 60.0), tr) == [(160.0, 500.0)]
+    assert firings(burst_rule(0.1, 120.0), tr) == []  # true for 100 s only
+    gated = burst_rule(0.1, 0.0, 0.8)
+    assert gated.expr.endswith("and\nmax_over_time(kvcache_usage_ratio[1m]) > 0.8")
+    # usage above 0.8 at 150-160 s, remembered by [1m] up to 210 s; the headroom is low only to 200 s
+    assert firings(gated, tr) == [(150.0, 500.0)]
+    assert firings(burst_rule(0.05, 0.0), tr) == []  # strictly below
+    # the candidate measured on the traces (not shipped): as written on the page of docs/forecast-validation.md
+    assert PAGE_BURST_RULE.expr == (
+        "kvcache_burst_headroom_ratio < 0.5\nand\nmax_over_time(kvcache_usage_ratio[1m]) > 0.8"
+    )
+    assert (PAGE_BURST_RULE.for_s, PAGE_BURST_RULE.keep_s) == (30.0, 300.0)
