@@ -842,6 +842,7 @@ def cached_week(root: Path | None = None) -> Known:
         with (root / f"{final.name}.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when its holder dies
             if not (final / "week.om").exists():
+                _prune(root, keep=final)
                 tmp = Path(tempfile.mkdtemp(prefix="tmp-", dir=root))
                 try:
                     generate(tmp)
@@ -851,6 +852,15 @@ def cached_week(root: Path | None = None) -> Known:
                     shutil.rmtree(tmp, ignore_errors=True)
     k = known()
     return Known(**{**k.__dict__, "files": {"om": final / "week.om", "history": final / "history.sqlite"}})
+
+
+def _prune(root: Path, keep: Path) -> None:
+    """Remove the weeks of other versions of the code (about 450 MB each), so that a checkout that changes
+    often does not fill its disk; a folder being generated (``tmp-*``) is left to its generator."""
+    for old in root.iterdir():
+        if old != keep and old.is_dir() and (old / "week.om").exists():
+            shutil.rmtree(old, ignore_errors=True)
+            (root / f"{old.name}.lock").unlink(missing_ok=True)
 
 
 def _checkpoint(path: Path) -> None:
