@@ -147,7 +147,7 @@ def burst_table(runs: Sequence[tuple[str, float, Trace]]) -> str:
     levels = " / ".join(f"{x:g}" for x in BELOW)
     rows = [
         f"| trace | peaks at | preemptions | episodes | finite | p10 / median / p90 | below {levels} | "
-        f"before each episode: below {levels}, values |",
+        f"before each episode: below {levels} of those with a value; values |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, scale, tr in runs:
@@ -155,7 +155,7 @@ def burst_table(runs: Sequence[tuple[str, float, Trace]]) -> str:
         before = [v for v in b.before_episodes if v is not None]
         lows = " / ".join(str(sum(1 for v in before if v < x)) for x in BELOW)
         shown = ", ".join(f"{v:.2f}" for v in before[:12]) + (" ..." if len(before) > 12 else "")
-        at_start = f"{lows} of {len(b.before_episodes)}: {shown}" if b.before_episodes else "—"
+        at_start = f"{lows} of {len(before)}: {shown}" if before else "—"
         shares = " / ".join(b.share(n) for n in b.below)
         rows.append(
             f"| {name} | {scale:g} | {tr.preemptions} | {len(b.before_episodes)} | {b.share(len(b.finite))} "

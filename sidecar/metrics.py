@@ -318,9 +318,9 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         KEY,
         "Largest rise of kvcache_demand_tokens within a minute over forecast.burst_window (1h by default): at each "
         "sample, demand minus its minimum over the preceding 60s (or since the previous scrape, when scrapes are a "
-        "minute or more apart), the maximum over the window. Counted from forecast.window after the engine's start "
-        "or restart (a fill from empty is no burst), published once those samples span 60s; 0 when the demand "
-        "never rose.",
+        "minute or more apart; never across a gap of more than twice the one before: missed scrapes), the maximum "
+        "over the window. Counted from forecast.window after the engine's start, restart or wake-up from sleep (a "
+        "fill from empty is no burst), published once those samples span 60s; 0 when the demand never rose.",
         "The burst the pool has had to absorb lately: read it with kvcache_burst_headroom_ratio.",
     ),
     MetricDoc(
@@ -331,8 +331,9 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "Free tokens now (usable capacity minus kvcache_demand_tokens, at least 0) / kvcache_burst_tokens; +Inf when "
         "the burst is 0. Below 1: a burst as large as the largest of the last forecast.burst_window would not fit "
         "now (requests would wait or be preempted).",
-        "Below 1 on bursty traffic, where the time until full is 0 or +Inf: the next burst like the last hour's "
-        "largest will queue or preempt; add KV capacity or replicas before it comes.",
+        "Whether a burst like the last hour's largest would fit now, where the time until full reads 0 or +Inf. "
+        "Below 1 is common on bursty pools that never preempt: read it with the preemptions; near 0 while they "
+        "rise, add KV capacity or replicas.",
     ),
     MetricDoc(
         "kvcache_engine_start_time_seconds",

@@ -62,7 +62,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
     with (log_dir / "background.log").open("wb") as log:
         _known_week = subprocess.Popen(
-            [sys.executable, str(REPO / "tests" / "report" / "known_week.py"), "--cache"],
+            [sys.executable, str(REPO / "tests" / "report" / "known_week.py"), "--cache", str(os.getpid())],
             cwd=REPO,
             stdin=subprocess.DEVNULL,
             stdout=log,

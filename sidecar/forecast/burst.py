@@ -8,10 +8,12 @@ cannot say how close a pool is to its cliff; the size of the bursts it has just 
 The rise ending at sample ``t`` is ``demand(t) − min demand over (t − span, t]``, the range a Prometheus
 ``[1m]`` selector reads (left-open since Prometheus 3.0: its migration guide, "PromQL"), so that
 ``max_over_time((kvcache_demand_tokens - min_over_time(kvcache_demand_tokens[1m]))[1h:])`` is what the gauge
-reads, at the sidecar's own samples. The previous sample always counts, however long ago: with samples a
-minute or more apart (``scrape.interval`` of 1m, or a simulated clock run fast) the minute would hold the
-sample alone and every rise would read 0, "no burst", on a cache that fills; the span is then one scrape
-interval, the shortest the samples can measure. Both running extrema are monotonic queues (the sliding-window
+reads, at the sidecar's own samples. The previous sample counts however long ago, as long as the gap to it
+is at most twice the one before (:data:`GAP_FACTOR`): with samples a minute or more apart (``scrape.interval``
+of 1m, or a simulated clock run fast) the minute would hold the sample alone and every rise would read 0,
+"no burst", on a cache that fills, so the span is then one scrape interval, the shortest the samples can
+measure; but a longer gap is missed scrapes or an outage, and a rise across it is not a burst of one minute
+(the minute starts again at the sample after it). Both running extrema are monotonic queues (the sliding-window
 minimum/maximum of Lemire, "Streaming maximum-minimum filter using no more than three comparisons per
 element", 2006): each sample is pushed and popped at most once per queue, so a scrape costs O(1)
 amortised, and a queue holds at most the samples of its window.
@@ -26,6 +28,9 @@ from dataclasses import dataclass, field
 #: The longest span a burst is measured over, seconds: one minute, about how long a burst takes to fill
 #: a cache on the Mooncake traces (docs/forecast-validation.md, "Why the lead target cannot be met").
 BURST_SPAN_S = 60.0
+#: A gap to the previous sample longer than the span counts as one scrape interval only if it is at most this
+#: many times the gap before it; longer, it is missed scrapes or an outage and no rise is measured across it.
+GAP_FACTOR = 2.0
 
 
 @dataclass
@@ -43,9 +48,10 @@ class BurstWindow:
     _lows: deque[tuple[float, float]] = field(default_factory=deque)
     #: (t, rise ending at t) within the window, rise decreasing from the left: the front is the maximum
     _rises: deque[tuple[float, float]] = field(default_factory=deque)
-    #: the first and latest sample times since the window (re)started
+    #: the first and latest sample times since the window (re)started, and the gap between the last two
     _first: float | None = None
     _last: float | None = None
+    _gap: float | None = None
 
     def add(self, t: float, demand: float, *, window_s: float) -> None:
         """Record the demand sampled at ``t`` (after every earlier sample; NaN and ±Inf are skipped).
@@ -59,7 +65,12 @@ class BurstWindow:
             return  # not after the latest sample: the layer records one sample per scrape time
         if self._last is not None and t - self._last > window_s:
             self.clear()
-        previous = t if self._last is None else self._last
+        previous = t  # the previous sample, when it counts (below): else the minute holds this one alone
+        if self._last is not None:
+            gap = t - self._last
+            if gap <= self.span_s or (self._gap is not None and gap <= GAP_FACTOR * self._gap):
+                previous = self._last
+            self._gap = gap
         if self._first is None:
             self._first = t
         self._last = t
@@ -67,7 +78,7 @@ class BurstWindow:
         while lows and lows[-1][1] >= demand:
             lows.pop()
         lows.append((t, demand))
-        # left-open (t - span, t], and the previous sample whatever its age; the newest sample always stays
+        # left-open (t - span, t], and the previous sample when it counts; the newest sample always stays
         while lows[0][0] <= t - self.span_s and lows[0][0] < previous:
             lows.popleft()
         rise = demand - lows[0][1]
@@ -88,7 +99,7 @@ class BurstWindow:
         """Start again (the engine restarted): nothing is published until the new samples span ``span_s``."""
         self._lows.clear()
         self._rises.clear()
-        self._first = self._last = None
+        self._first = self._last = self._gap = None
 
     def held(self) -> int:
         """Samples held by both queues (the tests check the memory stays bounded)."""

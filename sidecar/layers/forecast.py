@@ -87,6 +87,9 @@ class ForecastLayer:
         #: per engine: the largest one-minute rise of demand over forecast.burst_window (two monotonic queues,
         #: sidecar.forecast.burst), started again at a vLLM restart as the trend is
         self._bursts: dict[TargetModelEngine, BurstWindow] = {}
+        #: per engine: since when it has been awake (its first sample, or the first after vLLM's sleep mode):
+        #: the burst counts from forecast.window after the later of this and its start
+        self._awake_since: dict[TargetModelEngine, float] = {}
         #: per engine: the sample time the layer first saw it (advice to lower needs a whole peak window)
         self._first_seen: dict[TargetModelEngine, float] = {}
         #: per engine: when its current process started as far as the sidecar can tell (first seen, or the
@@ -126,7 +129,7 @@ class ForecastLayer:
             block_size=bs,
         )
         out[DEMAND] = demand
-        series = self._record(key, now, demand, obs)
+        series = self._record(key, now, demand, obs, asleep=bool(d.engine_asleep))
         out[START_TIME] = self._started[key]
 
         concurrency = self._concurrency(pool, obs, start, mean_prompt, mean_gen)
@@ -248,6 +251,7 @@ class ForecastLayer:
             self._demand,
             self._peaks,
             self._bursts,
+            self._awake_since,
             self._resets,
             self._last_counter,
             self._first_seen,
@@ -268,7 +272,7 @@ class ForecastLayer:
             mine.update((key, value) for key, value in theirs.items() if keep(key))
 
     def _record(
-        self, key: TargetModelEngine, now: float, demand: float, obs: Observation
+        self, key: TargetModelEngine, now: float, demand: float, obs: Observation, *, asleep: bool = False
     ) -> deque[tuple[float, float]]:
         previous = self._demand.get(key)
         if previous and now < previous[-1][0]:  # a replay restarted: start afresh
@@ -300,7 +304,13 @@ class ForecastLayer:
         # The burst counts from forecast.window after the start, as KVCacheFullSoon waits (its guard on
         # kvcache_engine_start_time_seconds): a server filling from empty after a start, a restart or a
         # scale-out under load is not a burst of the traffic, and it would stand in the window for an hour.
-        if now - self._started[key] >= self.settings.window_s:
+        # Waking from vLLM's sleep mode is the same fill from empty: the burst starts again after it too.
+        if asleep:
+            bursts.clear()
+            self._awake_since.pop(key, None)
+            return series
+        awake = self._awake_since.setdefault(key, now)
+        if now - max(self._started[key], awake) >= self.settings.window_s:
             bursts.add(now, demand, window_s=self.settings.burst_window_s)
         return series
 

@@ -17,7 +17,7 @@ from fixtures import CPU_032
 from harness import Harness
 
 from sidecar.config import ConfigError, load_config
-from sidecar.forecast.burst import BURST_SPAN_S, BurstWindow, burst_headroom_ratio
+from sidecar.forecast.burst import BURST_SPAN_S, GAP_FACTOR, BurstWindow, burst_headroom_ratio
 from sidecar.forecast_validation import TRACE_SERVER
 from sidecar.replay import Replay, replay_config
 from sidecar.simulator import Simulator
@@ -30,12 +30,17 @@ TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 
 def largest_rise_by_definition(samples: list[tuple[float, float]], now: float, window_s: float) -> float:
     """The definition, O(n^2): max over samples t in [now - window, now] of demand(t) - the minimum over
-    (t - 60 s, t] and the sample before t (``samples`` time-sorted)."""
+    (t - 60 s, t] and the sample before t, if the gap to it is at most 60 s or at most GAP_FACTOR times the
+    gap before it (``samples`` time-sorted, from the engine's first sample or with two samples to spare)."""
     best = 0.0
     for i, (t, y) in enumerate(samples):
         if now - window_s <= t <= now:
-            low = min([v for s, v in samples if t - BURST_SPAN_S < s <= t] + [samples[max(0, i - 1)][1]])
-            best = max(best, y - low)
+            low = [v for s, v in samples[: i + 1] if t - BURST_SPAN_S < s <= t]
+            if i >= 1:
+                gap = t - samples[i - 1][0]
+                if gap <= BURST_SPAN_S or (i >= 2 and gap <= GAP_FACTOR * (samples[i - 1][0] - samples[i - 2][0])):
+                    low.append(samples[i - 1][1])
+            best = max(best, y - min(low))
     return best
 
 
@@ -69,7 +74,8 @@ def test_the_monotonic_queues_equal_the_definition_on_a_random_walk():
         if t - samples[0][0] < BURST_SPAN_S:
             assert got is None
         elif len(samples) % 20 == 0:  # the O(n^2) definition at every 20th sample, over the last window only
-            recent = [p for p in samples if p[0] > t - 1200.0 - BURST_SPAN_S]
+            first = next(i for i, p in enumerate(samples) if p[0] > t - 1200.0 - BURST_SPAN_S)
+            recent = samples[max(0, first - 2) :]  # with the two samples before, whose gaps the rule reads
             assert got == largest_rise_by_definition(recent, t, 1200.0), t
     # memory: at most the window's samples (1200 s / 4 s) plus the minute's, whatever the run's length
     assert b.held() <= 1200 / 4 + BURST_SPAN_S / 4 + 2
@@ -155,6 +161,50 @@ def test_the_gauges_through_the_daemon(server):
     assert seen[15] == (burst, (USABLE_BLOCKS - 2_400) / 1_400)
     assert seen[-1] == (burst, (USABLE_BLOCKS - 1_200) / 1_400)
     assert seen[-1][1] == pytest.approx(4.9936, abs=1e-4)
+
+
+#: vLLM 0.32's sleep-state gauge on the 1 GiB page (awake), and the same lines asleep (sleep level 1: awake 0,
+#: weights_offloaded 1), as tests/test_forecast_gauges.py puts them to sleep
+AWAKE, ASLEEP = (
+    "".join(
+        f'vllm:engine_sleep_state{{{MODEL},sleep_state="{state}"}} {value}\n'
+        for state, value in zip(("awake", "weights_offloaded", "discard_all"), values, strict=True)
+    )
+    for values in (("1.0", "0.0", "0.0"), ("0.0", "1.0", "0.0"))
+)
+
+
+def test_waking_from_sleep_is_no_burst(server):
+    """An engine woken from vLLM's sleep mode refills from empty, as after a start: the burst starts again."""
+    h = Harness(server, flags=WINDOW)
+    try:
+        seen = [_scrape(h, server, n) for n in [1_000] * SETTLE + BLOCKS[:20]][SETTLE:]
+        assert seen[-1][0] == 1_400 * 128  # the burst of BLOCKS, as in test_the_gauges_through_the_daemon
+        asleep = _page(0).decode().replace(AWAKE, ASLEEP)
+        assert asleep != _page(0).decode()
+        server.behaviour = ok(asleep.encode())
+        for _ in range(6):
+            h.scrape(advance_s=5)
+            assert h.value("kvcache_engine_asleep") == 1.0
+            assert h.value("kvcache_burst_tokens") is None  # not published while asleep, as the time until full
+        # awake again: 0 -> 3000 blocks in 30 s is the refill, not a burst; nothing for forecast.window and a minute
+        after = [_scrape(h, server, min(3_000, 500 * i)) for i in range(SETTLE + 13)]
+        assert after[: SETTLE + 12] == [(None, None)] * (SETTLE + 12)
+        assert after[SETTLE + 12] == (0.0, math.inf)
+    finally:
+        h.close()
+
+
+def test_a_gap_of_missed_scrapes_is_no_burst():
+    """Scrapes every 5 s, then none for 20 minutes (an outage): the rise across the gap is not a one-minute burst;
+    the minute starts again at the first sample after it."""
+    b = BurstWindow()
+    for t in range(0, 900, 5):
+        b.add(t, 1_000, window_s=HOUR)
+    b.add(895 + 1_200, 5_000, window_s=HOUR)
+    assert b.largest_rise(2_095, window_s=HOUR) == 0.0
+    b.add(2_100, 5_300, window_s=HOUR)  # the next scrape, 5 s later: a rise again
+    assert b.largest_rise(2_100, window_s=HOUR) == 300.0
 
 
 def test_the_window_and_a_restart_through_the_daemon(server):

@@ -50,12 +50,14 @@ increases seen by the scrapes in that clock hour.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import hashlib
 import logging
 import math
 import os
 import shutil
+import signal
 import sqlite3
 import tempfile
 from array import array
@@ -795,7 +797,7 @@ def generate(out_dir: Path, interval: int = INTERVAL_S, processes: int | None = 
         stale.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="pods-", dir=out_dir) as tmp:
         work = Path(tmp)
-        with ProcessPoolExecutor(max_workers=processes or workers()) as pool:
+        with ProcessPoolExecutor(max_workers=processes or workers(), initializer=_die_with_parent) as pool:
             futures = [pool.submit(_generate_pod, p.name, work, interval) for p in PODS]
             results = [f.result() for f in futures]
         types: dict[str, str] = {}
@@ -834,7 +836,8 @@ def cached_week(root: Path | None = None) -> Known:
     calls only compute :func:`known`. One process generates at a time, holding ``<hash>.lock``: another
     caller (a test, while ``tests/conftest.py`` generates it in the background) waits for it, then finds
     the week written, so the week is never made twice at once. It is written into a temporary folder and
-    renamed, so no one reads a half-written week, and a generation that dies leaves nothing behind."""
+    renamed, so no one reads a half-written week; the folder of a generation that died (killed with the test
+    run) is removed by the next one, which holds the lock."""
     root = root or CACHE
     final = root / source_hash()
     if not (final / "week.om").exists():
@@ -843,7 +846,7 @@ def cached_week(root: Path | None = None) -> Known:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when its holder dies
             if not (final / "week.om").exists():
                 _prune(root, keep=final)
-                tmp = Path(tempfile.mkdtemp(prefix="tmp-", dir=root))
+                tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{final.name}-", dir=root))
                 try:
                     generate(tmp)
                     _checkpoint(tmp / "history.sqlite")
@@ -855,12 +858,39 @@ def cached_week(root: Path | None = None) -> Known:
 
 
 def _prune(root: Path, keep: Path) -> None:
-    """Remove the weeks of other versions of the code (about 450 MB each), so that a checkout that changes
-    often does not fill its disk; a folder being generated (``tmp-*``) is left to its generator."""
+    """Remove what no generation needs any more: the weeks of other versions of the code (about 450 MB each, so
+    that a checkout that changes often does not fill its disk), and the temporary folders of generations that
+    died (``tmp-<hash>-*`` whose ``<hash>.lock`` nobody holds). The caller holds ``keep``'s lock."""
     for old in root.iterdir():
-        if old != keep and old.is_dir() and (old / "week.om").exists():
+        if old.name.startswith("tmp-") and old.is_dir():
+            version = old.name.split("-")[1]
+            if version == keep.name or _unlocked(root / f"{version}.lock"):
+                shutil.rmtree(old, ignore_errors=True)
+        elif old != keep and old.is_dir() and (old / "week.om").exists():
             shutil.rmtree(old, ignore_errors=True)
             (root / f"{old.name}.lock").unlink(missing_ok=True)
+
+
+def _unlocked(path: Path) -> bool:
+    """True when no process holds the lock ``path`` (or it does not exist)."""
+    try:
+        with path.open("r") as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+    except FileNotFoundError:
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``): the background
+    generation and its workers never outlive the test run that started them, whatever ended it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1 (linux/prctl.h)
+    except (OSError, AttributeError):  # not Linux: the session's own clean-up still stops it
+        pass
 
 
 def _checkpoint(path: Path) -> None:
@@ -880,6 +910,9 @@ if __name__ == "__main__":
 
     began = time.perf_counter()
     if sys.argv[1] == "--cache":
+        _die_with_parent()
+        if len(sys.argv) > 2 and os.getppid() != int(sys.argv[2]):  # the test run ended before we got here
+            sys.exit(1)
         result = cached_week()
     else:
         result = generate(Path(sys.argv[1]))
