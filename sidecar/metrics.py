@@ -105,7 +105,7 @@ CATALOGUE: tuple[MetricDoc, ...] = (
         "requests",
         KEY,
         "Requests preempted (vllm:num_preemptions_total; resets on restart): for lack of KV blocks, or, where vLLM "
-        "says so, for a higher-priority request or a prefix-cache reset (kvcache_preemptions_by_reason_total).",
+        "says so, for a higher-priority request or a prefix-cache reset (then also counted by reason).",
         "Any sustained rate means the cache is too small for the load: see KVCachePreemptions.",
     ),
     MetricDoc(

@@ -37,6 +37,8 @@ FORECAST_GAUGES: tuple[str, ...] = (
     "kvcache_time_until_watermark_seconds",
     "kvcache_max_concurrent_requests",
     "kvcache_engine_start_time_seconds",
+    "kvcache_burst_tokens",
+    "kvcache_burst_headroom_ratio",
 )
 
 #: The gauges that stand on a pool (capacity): without one the sidecar cannot derive them
