@@ -103,6 +103,10 @@ INTERVAL_S, RATE_INTERVAL = 2, "4s"
 #: (dashboard uid, panel title) -> why the panel shows only some of the selected pods.
 SOME_PODS_ONLY: dict[tuple[str, str], str] = {
     (DASHBOARD_POD_UID, "Sidecar scrape errors"): "an error counter exists only once that pod's scrapes failed",
+    (DASHBOARD_POD_UID, "Burst headroom: free KV ÷ the last hour's largest one-minute rise"): (
+        "absent for forecast.window and a minute after each engine start, restart or sidecar redeploy "
+        "(docs/forecast.md): a pod that restarted within that time has none yet in the window"
+    ),
 }
 
 #: (dashboard uid, panel title, ref id) -> (the generations whose stack exports what the target charts, why
